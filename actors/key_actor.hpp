@@ -1,0 +1,58 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <caf/fwd.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "common/atoms.hpp"
+#include "common/record.hpp"
+#include "persistence/store_actor.hpp"
+
+namespace oncegate {
+
+/// One key's actor (a "durable object"): serialises every request for one
+/// `(route, key)`, caches the key's committed record, and asks the store for
+/// a durable decision whenever the cache cannot answer.
+///
+/// ~~~
+///   spawned (cache unknown)
+///      │ claim: store decides (await) ──> cache = committed record
+///      v
+///   ready ── claim, live cached record ──> duplicate / mismatch, no I/O
+///      │ no request for idle_timeout
+///      v
+///   asks registry "idle(handled)" (await) ── yes ──> quit
+///                                          └─ no ───> ready
+/// ~~~
+using key_actor = caf::typed_actor<
+  /// Claims the key; answered once the decision is durable.
+  caf::replies_to<claim_atom, claim_request>::with<claim_result>,
+  /// Reads the key's record.
+  caf::replies_to<get_atom>::with<lookup_result>,
+  /// Idle check (sent by the actor to itself with a generation).
+  caf::reacts_to<idle_atom, uint64_t>>;
+
+/// What a key actor needs of its registry: permission to leave.
+using key_parent = caf::typed_actor<
+  caf::replies_to<idle_atom, std::string, uint64_t>::with<bool>>;
+
+/// Options of key actors.
+struct key_actor_options {
+  /// A key actor with no request for this long leaves memory.
+  caf::timespan idle_timeout = std::chrono::seconds(30);
+  /// Bound on waiting for the store; then the claim fails (503).
+  caf::timespan store_timeout = std::chrono::seconds(10);
+};
+
+/// Spawns the actor of `(route, key)` as a monitored child of `parent`.
+/// `routing` is the string `parent` indexes it by.
+key_actor spawn_key_actor(caf::local_actor* parent, key_parent registry,
+                          persistence::store_actor store, std::string route,
+                          std::string key, std::string routing,
+                          const key_actor_options& opts);
+
+} // namespace oncegate

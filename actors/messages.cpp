@@ -1,0 +1,41 @@
+#include "actors/messages.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include <caf/message.hpp>
+
+#include "actors/alarm_actor.hpp"
+#include "actors/key_actor.hpp"
+#include "actors/registry.hpp"
+
+namespace oncegate {
+
+void register_types(caf::actor_system_config& cfg) {
+  // CAF 0.17's add_error_category<T> does not compile; render by hand.
+  cfg.add_error_category(errc_category, [](uint8_t code, caf::atom_value,
+                                           const caf::message& ctx) {
+    std::string out = "oncegate.";
+    out += to_string(static_cast<errc>(code));
+    if (ctx.match_elements<std::string>()) {
+      out += ": ";
+      out += ctx.get_as<std::string>(0);
+    }
+    return out;
+  });
+  cfg.add_message_type<record_state>("oncegate.record_state");
+  cfg.add_message_type<decision>("oncegate.decision");
+  cfg.add_message_type<record>("oncegate.record");
+  cfg.add_message_type<claim_request>("oncegate.claim_request");
+  cfg.add_message_type<claim_result>("oncegate.claim_result");
+  cfg.add_message_type<lookup_result>("oncegate.lookup_result");
+  cfg.add_message_type<purge_result>("oncegate.purge_result");
+  cfg.add_message_type<persistence::store_stats>("oncegate.store_stats");
+  cfg.add_message_type<registry_stats>("oncegate.registry_stats");
+  cfg.add_message_type<alarm_stats>("oncegate.alarm_stats");
+  cfg.add_message_type<persistence::store_actor>("oncegate.store_actor");
+  cfg.add_message_type<key_actor>("oncegate.key_actor");
+  cfg.add_message_type<registry_actor>("oncegate.registry_actor");
+}
+
+} // namespace oncegate

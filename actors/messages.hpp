@@ -1,0 +1,17 @@
+#pragma once
+
+#include <caf/actor_system_config.hpp>
+
+#include "common/atoms.hpp"
+#include "common/errc.hpp"
+#include "common/record.hpp"
+#include "persistence/store_actor.hpp"
+
+namespace oncegate {
+
+/// Registers every message type and the `oncegate` error category with
+/// `cfg`. Call once in each actor system's config constructor (also in test
+/// fixtures), so that messages can cross nodes and errors render by name.
+void register_types(caf::actor_system_config& cfg);
+
+} // namespace oncegate

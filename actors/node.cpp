@@ -1,0 +1,63 @@
+#include "actors/node.hpp"
+
+#include <filesystem>
+#include <functional>
+#include <system_error>
+
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+
+#include "common/errc.hpp"
+#include "common/logging.hpp"
+
+namespace oncegate {
+
+const registry_actor& node::shard_for(const std::string& route,
+                                      const std::string& key) const {
+  if (registries.size() == 1)
+    return registries.front();
+  auto h = std::hash<std::string>{}(route) * 31 + std::hash<std::string>{}(key);
+  return registries[h % registries.size()];
+}
+
+void node::shutdown() {
+  caf::anon_send_exit(alarm, caf::exit_reason::user_shutdown);
+  for (auto& reg : registries)
+    caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
+}
+
+caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
+                               wall_clock_fn now) {
+  std::error_code ec;
+  std::filesystem::create_directories(opts.data_dir, ec);
+  if (ec)
+    return make_error(errc::storage_failure,
+                      "cannot create data dir " + opts.data_dir + ": "
+                        + ec.message());
+  if (opts.store.path.empty())
+    opts.store.path = (std::filesystem::path{opts.data_dir} / "oncegate.db")
+                        .string();
+  auto db = persistence::sqlite_store::open(opts.store);
+  if (!db)
+    return std::move(db.error());
+  if (auto n = (*db)->count())
+    log::store()->info("store.opened path={} schema={} records={}",
+                       opts.store.path, (*db)->version(), *n);
+  node result;
+  std::shared_ptr<persistence::sqlite_store> shared{std::move(*db)};
+  result.store = persistence::spawn_store(sys, std::move(shared),
+                                          opts.store_actor,
+                                          opts.detached_store);
+  auto shards = std::max<uint32_t>(opts.registry_shards, 1);
+  auto per_shard = opts.registry;
+  per_shard.max_live_keys = std::max<uint64_t>(
+    opts.registry.max_live_keys / shards, 1);
+  for (uint32_t i = 0; i < shards; ++i)
+    result.registries.push_back(spawn_registry(sys, result.store, per_shard));
+  result.alarm = spawn_alarm(sys, result.store, opts.alarm, std::move(now));
+  return result;
+}
+
+} // namespace oncegate

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+#include <caf/fwd.hpp>
+
+#include "actors/alarm_actor.hpp"
+#include "actors/registry.hpp"
+#include "persistence/sqlite_store.hpp"
+#include "persistence/store_actor.hpp"
+
+namespace oncegate {
+
+/// Everything a single node runs below the gateway.
+struct node_options {
+  /// Directory of the database file (`oncegate.db`); created if missing.
+  std::string data_dir = "./data";
+  persistence::store_options store;
+  persistence::store_actor_options store_actor;
+  registry_options registry;
+  /// Registry shards; a key always maps to the same shard.
+  uint32_t registry_shards = 1;
+  alarm_options alarm;
+  /// Spawn the store detached (production). Tests with a deterministic
+  /// scheduler set this to false.
+  bool detached_store = true;
+};
+
+/// Handles of one node's actors.
+class node {
+public:
+  persistence::store_actor store;
+  std::vector<registry_actor> registries;
+  alarm_actor alarm;
+
+  /// Returns the registry shard that owns `(route, key)`.
+  const registry_actor& shard_for(const std::string& route,
+                                  const std::string& key) const;
+
+  /// Stops the alarm, the registries (and with them every key actor), then
+  /// the store, which commits what it holds before it exits.
+  void shutdown();
+};
+
+/// Opens the database under `opts.data_dir` and spawns the node's actors.
+/// Fails when the directory or the database cannot be opened.
+caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
+                               wall_clock_fn now = wall_clock_ms);
+
+} // namespace oncegate

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace oncegate {
+
+// Every atom of oncegate, in one place (CAF 0.17: at most 10 characters).
+
+/// Claim a key: decide new / duplicate / mismatch and make it durable.
+using claim_atom = caf::atom_constant<caf::atom("claim")>;
+/// Read a stored record.
+using get_atom = caf::atom_constant<caf::atom("get")>;
+/// Delete expired records (one bounded chunk).
+using purge_atom = caf::atom_constant<caf::atom("purge")>;
+/// Commit the store's open batch.
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+/// Idle passivation of a key actor (timer and registry hand-shake).
+using idle_atom = caf::atom_constant<caf::atom("idle")>;
+/// The alarm actor's delayed wake-up.
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+/// Counters and gauges of an actor.
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+/// Earliest expiry in the store.
+using next_atom = caf::atom_constant<caf::atom("next")>;
+
+} // namespace oncegate

@@ -1,0 +1,44 @@
+#include "common/logging.hpp"
+
+#include <mutex>
+
+#include <spdlog/sinks/stdout_sinks.h>
+
+namespace oncegate::log {
+
+namespace {
+
+std::shared_ptr<spdlog::logger> get(const char* name) {
+  static std::mutex mtx;
+  std::lock_guard<std::mutex> guard{mtx};
+  if (auto lg = spdlog::get(name))
+    return lg;
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto lg = std::make_shared<spdlog::logger>(name, sink);
+  lg->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l [%n] %v");
+  lg->set_level(spdlog::get_level());
+  spdlog::register_logger(lg);
+  return lg;
+}
+
+} // namespace
+
+void init(const std::string& level) {
+  spdlog::set_level(spdlog::level::from_str(level));
+  for (auto name : {"gateway", "actors", "store", "cluster"})
+    get(name)->set_level(spdlog::get_level());
+}
+
+std::shared_ptr<spdlog::logger> gateway() {
+  return get("gateway");
+}
+
+std::shared_ptr<spdlog::logger> actors() {
+  return get("actors");
+}
+
+std::shared_ptr<spdlog::logger> store() {
+  return get("store");
+}
+
+} // namespace oncegate::log

@@ -1,0 +1,45 @@
+#include "common/record.hpp"
+
+namespace oncegate {
+
+const char* to_string(record_state x) {
+  switch (x) {
+    case record_state::in_flight:
+      return "in_flight";
+    case record_state::completed:
+      return "completed";
+    case record_state::in_doubt:
+      return "in_doubt";
+  }
+  return "unknown";
+}
+
+const char* to_string(decision x) {
+  switch (x) {
+    case decision::accepted:
+      return "accepted";
+    case decision::duplicate:
+      return "duplicate";
+    case decision::mismatch:
+      return "mismatch";
+    case decision::renewed:
+      return "renewed";
+  }
+  return "unknown";
+}
+
+record make_record(const claim_request& req) {
+  record r;
+  r.route = req.route;
+  r.key = req.key;
+  r.state = req.initial_state;
+  r.fingerprint = req.fingerprint;
+  r.first_seen_ms = req.now_ms;
+  r.expires_at_ms = req.now_ms + req.ttl_ms;
+  r.status = req.status;
+  r.response = req.response;
+  r.signal = req.signal;
+  return r;
+}
+
+} // namespace oncegate

@@ -1,0 +1,140 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/meta/type_name.hpp>
+
+namespace oncegate {
+
+/// Lifecycle of one idempotency record.
+///
+/// ~~~
+///            claim (no upstream)
+///   (none) ───────────────────────────────> completed
+///      │ claim (upstream)                      ^
+///      v                 upstream answered     │
+///   in_flight ─────────────────────────────────┘
+///      │  └──────── failure before sending ───> (none, released)
+///      └─────────── upstream may have acted ──> in_doubt
+/// ~~~
+enum class record_state : uint8_t {
+  in_flight = 0,
+  completed = 1,
+  in_doubt = 2,
+};
+
+const char* to_string(record_state x);
+
+/// The outcome of a claim as decided by the store.
+enum class decision : uint8_t {
+  /// No live record existed: this request owns the key and may execute.
+  accepted = 0,
+  /// A live record with the same fingerprint exists.
+  duplicate = 1,
+  /// A live record with a different fingerprint exists.
+  mismatch = 2,
+  /// The previous record had expired; it was replaced and this request
+  /// owns the key ("expired, then new").
+  renewed = 3,
+};
+
+const char* to_string(decision x);
+
+/// Returns whether `x` grants execution to the claimant.
+constexpr bool grants(decision x) {
+  return x == decision::accepted || x == decision::renewed;
+}
+
+/// One stored idempotency record, keyed by `(route, key)`.
+struct record {
+  std::string route;
+  std::string key;
+  record_state state = record_state::completed;
+  /// Raw SHA-256 of the canonical payload (32 bytes).
+  std::string fingerprint;
+  /// Wall-clock milliseconds since the epoch.
+  int64_t first_seen_ms = 0;
+  int64_t expires_at_ms = 0;
+  /// Stored response status and body (meaningful when completed).
+  uint16_t status = 0;
+  std::string response;
+  /// The request body as received.
+  std::string signal;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, record& x) {
+  return f(caf::meta::type_name("record"), x.route, x.key, x.state,
+           x.fingerprint, x.first_seen_ms, x.expires_at_ms, x.status,
+           x.response, x.signal);
+}
+
+/// Returns whether `x` is still live at wall-clock time `now_ms`.
+inline bool live(const record& x, int64_t now_ms) {
+  return now_ms < x.expires_at_ms;
+}
+
+/// A request to own `(route, key)`. The store inserts a record built from
+/// it unless a live record exists.
+struct claim_request {
+  std::string route;
+  std::string key;
+  std::string fingerprint;
+  /// The claimant's timestamp; expiry is judged against it, never against
+  /// the local clock of whoever evaluates the claim.
+  int64_t now_ms = 0;
+  int64_t ttl_ms = 0;
+  /// State, status and response of the record on success.
+  record_state initial_state = record_state::completed;
+  uint16_t status = 0;
+  std::string response;
+  std::string signal;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, claim_request& x) {
+  return f(caf::meta::type_name("claim_request"), x.route, x.key,
+           x.fingerprint, x.now_ms, x.ttl_ms, x.initial_state, x.status,
+           x.response, x.signal);
+}
+
+/// Builds the record that a successful claim stores.
+record make_record(const claim_request& req);
+
+/// The decision on a claim plus the record that is live afterwards (the new
+/// one when granted, the existing one otherwise).
+struct claim_result {
+  decision outcome = decision::accepted;
+  record rec;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, claim_result& x) {
+  return f(caf::meta::type_name("claim_result"), x.outcome, x.rec);
+}
+
+/// The answer to a lookup: `found == false` means no record is stored.
+struct lookup_result {
+  bool found = false;
+  record rec;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, lookup_result& x) {
+  return f(caf::meta::type_name("lookup_result"), x.found, x.rec);
+}
+
+/// What one purge chunk did.
+struct purge_result {
+  uint64_t purged = 0;
+  /// Earliest `expires_at_ms` left in the store, or -1 when it is empty.
+  int64_t next_due_ms = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, purge_result& x) {
+  return f(caf::meta::type_name("purge_result"), x.purged, x.next_due_ms);
+}
+
+} // namespace oncegate

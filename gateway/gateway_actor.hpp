@@ -1,0 +1,31 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+#include <caf/fwd.hpp>
+#include <caf/timespan.hpp>
+
+#include "actors/node.hpp"
+#include "gateway/claim_service.hpp"
+
+namespace oncegate::gateway {
+
+struct gateway_actor_options {
+  /// Bound on a claim's round trip through the actors; then 503.
+  caf::timespan claim_timeout = std::chrono::seconds(10);
+  /// Gateway actors sharing the load (round robin).
+  std::size_t actors = 1;
+};
+
+/// The bridge between asio threads and the actors. An asio thread hands a
+/// claim over with a fire-and-forget message (never blocking); a
+/// long-lived gateway actor requests the decision from the key's registry
+/// shard and calls the completion on its own thread, which posts the answer
+/// back onto the connection's strand.
+std::unique_ptr<claim_service>
+make_gateway_service(caf::actor_system& sys, const node& n,
+                     gateway_actor_options opts);
+
+} // namespace oncegate::gateway

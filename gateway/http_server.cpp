@@ -1,0 +1,486 @@
+#include "gateway/http_server.hpp"
+
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/logging.hpp"
+
+namespace oncegate::gateway {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+class session;
+
+const char* reason_type(int status) {
+  switch (status) {
+    case 400:
+      return "bad-request";
+    case 408:
+      return "request-timeout";
+    case 413:
+      return "body-too-large";
+    case 431:
+      return "headers-too-large";
+    case 503:
+      return "unavailable";
+    default:
+      return "error";
+  }
+}
+
+// A problem response produced by the transport itself (before a request
+// reached the handler).
+http_response transport_problem(int status, const char* title,
+                                const char* detail) {
+  http_response res;
+  res.status = status;
+  res.close = true;
+  res.set("Content-Type", "application/problem+json");
+  res.set("Cache-Control", "no-store");
+  if (status == 503)
+    res.set("Retry-After", "1");
+  res.body = std::string{"{\"type\":\"https://oncegate.dev/problems/"}
+             + reason_type(status) + "\",\"title\":\"" + title
+             + "\",\"status\":" + std::to_string(status) + ",\"detail\":\""
+             + detail + "\"}";
+  return res;
+}
+
+} // namespace
+
+struct http_server::impl : std::enable_shared_from_this<impl> {
+  http_server_options opts;
+  request_handler& handler;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  net::signal_set signals;
+  net::steady_timer grace;
+  std::atomic<uint64_t> next_conn{1};
+  std::atomic<std::size_t> connections{0};
+  std::atomic<bool> stopping{false};
+  std::mutex mtx;
+  std::unordered_map<uint64_t, std::weak_ptr<session>> sessions;
+
+  impl(const http_server_options& o, request_handler& h)
+    : opts(o),
+      handler(h),
+      ioc(static_cast<int>(std::max(1u, o.threads))),
+      acceptor(net::make_strand(ioc)),
+      signals(ioc),
+      grace(acceptor.get_executor()) {
+    // nop
+  }
+
+  void do_accept();
+  void on_accept(beast::error_code ec, tcp::socket sock);
+  void begin_stop();
+  void session_closed(uint64_t id);
+};
+
+namespace {
+
+class session : public std::enable_shared_from_this<session> {
+public:
+  session(std::shared_ptr<http_server::impl> srv, tcp::socket&& sock,
+          uint64_t id)
+    : srv_(std::move(srv)),
+      stream_(std::move(sock)),
+      timer_(stream_.get_executor()),
+      id_(id) {
+    beast::error_code ec;
+    auto ep = stream_.socket().remote_endpoint(ec);
+    if (!ec)
+      remote_ = ep.address().to_string();
+  }
+
+  void start() {
+    net::dispatch(stream_.get_executor(),
+                  [self = shared_from_this()] { self->wait_for_request(); });
+  }
+
+  // Sends 503 and closes: the connection cap is reached.
+  void reject() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      self->write(transport_problem(503, "Too many connections",
+                                    "connection limit reached"));
+    });
+  }
+
+  // Server shutdown: idle connections close now, busy ones after their
+  // response.
+  void shutdown() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->phase_ == phase::idle)
+        self->close();
+    });
+  }
+
+private:
+  enum class phase { idle, header, body, handling, writing, closed };
+
+  void wait_for_request() {
+    if (srv_->stopping) {
+      close();
+      return;
+    }
+    if (buffer_.size() > 0) { // pipelined bytes are already here
+      read_header();
+      return;
+    }
+    phase_ = phase::idle;
+    arm(srv_->opts.idle_timeout);
+    stream_.socket().async_wait(
+      tcp::socket::wait_read,
+      [self = shared_from_this()](beast::error_code ec) {
+        if (ec || self->phase_ != phase::idle)
+          return self->close();
+        self->read_header();
+      });
+  }
+
+  void read_header() {
+    phase_ = phase::header;
+    timed_out_ = false;
+    ++req_id_;
+    parser_.emplace();
+    parser_->body_limit(srv_->opts.body_limit);
+    parser_->header_limit(
+      static_cast<std::uint32_t>(srv_->opts.header_limit));
+    arm(srv_->opts.header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec,
+                                                        std::size_t) {
+                              self->on_header(ec);
+                            });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec)
+      return on_read_error(ec);
+    auto& req = parser_->get();
+    if (auto len = parser_->content_length();
+        len && *len > srv_->opts.body_limit)
+      return write(transport_problem(413, "Body too large",
+                                     "request body exceeds the limit"));
+    if (parser_->is_done())
+      return dispatch_request();
+    phase_ = phase::body;
+    arm(srv_->opts.body_timeout);
+    auto expect = req[http::field::expect];
+    if (beast::iequals(expect, "100-continue")) {
+      static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(cont.data(), cont.size()),
+                       [self = shared_from_this()](beast::error_code ec,
+                                                   std::size_t) {
+                         if (ec)
+                           return self->close();
+                         self->read_body();
+                       });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec,
+                                                 std::size_t) {
+                       if (ec)
+                         return self->on_read_error(ec);
+                       self->dispatch_request();
+                     });
+  }
+
+  void on_read_error(beast::error_code ec) {
+    if (timed_out_)
+      return write(transport_problem(408, "Request timeout",
+                                     "request not received in time"));
+    if (ec == http::error::body_limit)
+      return write(transport_problem(413, "Body too large",
+                                     "request body exceeds the limit"));
+    if (ec == http::error::header_limit)
+      return write(transport_problem(431, "Headers too large",
+                                     "request headers exceed the limit"));
+    if (ec == http::error::end_of_stream || ec == net::error::eof
+        || ec == net::error::operation_aborted
+        || ec == net::error::connection_reset || ec == http::error::partial_message)
+      return close();
+    if (ec.category() == http::make_error_code(http::error::bad_method)
+                           .category())
+      return write(transport_problem(400, "Bad request",
+                                     "malformed HTTP request"));
+    close();
+  }
+
+  void dispatch_request() {
+    phase_ = phase::handling;
+    arm(srv_->opts.response_timeout);
+    auto msg = parser_->release();
+    keep_alive_ = msg.keep_alive();
+    http_request req;
+    req.method = std::string{msg.method_string()};
+    req.target = std::string{msg.target()};
+    req.headers.reserve(8);
+    for (auto& f : msg) {
+      std::string name{f.name_string()};
+      for (auto& c : name)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers.emplace_back(std::move(name), std::string{f.value()});
+    }
+    req.body = std::move(msg.body());
+    req.remote = remote_;
+    req.conn_id = id_;
+    req.req_id = req_id_;
+    auto id = req_id_;
+    srv_->handler.handle(
+      std::move(req), [self = shared_from_this(), id](http_response res) {
+        net::post(self->stream_.get_executor(),
+                  [self, id, res = std::move(res)]() mutable {
+                    if (self->phase_ == phase::handling && self->req_id_ == id)
+                      self->write(std::move(res));
+                  });
+      });
+  }
+
+  void write(http_response res) {
+    phase_ = phase::writing;
+    arm(srv_->opts.body_timeout);
+    res_ = {};
+    res_.version(11);
+    res_.result(static_cast<unsigned>(res.status));
+    for (auto& [k, v] : res.headers)
+      res_.insert(k, v);
+    res_.body() = std::move(res.body);
+    res_.keep_alive(keep_alive_ && !res.close && !srv_->stopping);
+    res_.prepare_payload();
+    http::async_write(stream_, res_,
+                      [self = shared_from_this()](beast::error_code ec,
+                                                  std::size_t) {
+                        if (ec || !self->res_.keep_alive())
+                          return self->close();
+                        self->wait_for_request();
+                      });
+  }
+
+  void arm(std::chrono::milliseconds timeout) {
+    auto gen = ++timer_gen_;
+    timer_.expires_after(timeout);
+    timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      if (!ec && gen == self->timer_gen_)
+        self->on_timeout();
+    });
+  }
+
+  void on_timeout() {
+    switch (phase_) {
+      case phase::idle:
+      case phase::writing:
+        close();
+        break;
+      case phase::header:
+      case phase::body: {
+        // Abort the read; its handler answers 408.
+        timed_out_ = true;
+        beast::error_code ignored;
+        stream_.socket().cancel(ignored);
+        break;
+      }
+      case phase::handling:
+        write(transport_problem(503, "Response timeout",
+                                "no decision in time; retry"));
+        break;
+      case phase::closed:
+        break;
+    }
+  }
+
+  void close() {
+    if (phase_ == phase::closed)
+      return;
+    phase_ = phase::closed;
+    ++timer_gen_;
+    timer_.cancel();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+    srv_->session_closed(id_);
+  }
+
+  std::shared_ptr<http_server::impl> srv_;
+  beast::tcp_stream stream_;
+  net::steady_timer timer_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> res_;
+  std::string remote_;
+  uint64_t id_;
+  uint64_t req_id_ = 0;
+  uint64_t timer_gen_ = 0;
+  phase phase_ = phase::idle;
+  bool timed_out_ = false;
+  bool keep_alive_ = true;
+};
+
+} // namespace
+
+void http_server::impl::do_accept() {
+  acceptor.async_accept(net::make_strand(ioc),
+                        [self = shared_from_this()](beast::error_code ec,
+                                                    tcp::socket sock) {
+                          self->on_accept(ec, std::move(sock));
+                        });
+}
+
+void http_server::impl::on_accept(beast::error_code ec, tcp::socket sock) {
+  if (ec) {
+    if (ec == net::error::operation_aborted || stopping)
+      return;
+    // Out of descriptors and similar: keep serving, try again.
+    log::gateway()->warn("http.accept_failed error={}", ec.message());
+    return do_accept();
+  }
+  if (stopping)
+    return;
+  auto id = next_conn++;
+  auto s = std::make_shared<session>(shared_from_this(), std::move(sock), id);
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    sessions.emplace(id, s);
+  }
+  if (++connections > opts.max_connections)
+    s->reject();
+  else
+    s->start();
+  do_accept();
+}
+
+void http_server::impl::session_closed(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    sessions.erase(id);
+  }
+  if (--connections == 0 && stopping)
+    net::post(acceptor.get_executor(), [self = shared_from_this()] {
+      self->grace.cancel();
+    });
+}
+
+void http_server::impl::begin_stop() {
+  if (stopping.exchange(true))
+    return;
+  log::gateway()->info("http.stopping connections={}", connections.load());
+  beast::error_code ignored;
+  acceptor.close(ignored);
+  signals.cancel(ignored);
+  std::vector<std::shared_ptr<session>> open;
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    for (auto& [id, weak] : sessions)
+      if (auto s = weak.lock())
+        open.push_back(std::move(s));
+  }
+  for (auto& s : open)
+    s->shutdown();
+  if (connections == 0)
+    return;
+  grace.expires_after(opts.shutdown_grace);
+  grace.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (!ec) {
+      log::gateway()->warn("http.shutdown_grace_expired connections={}",
+                           self->connections.load());
+      self->ioc.stop();
+    }
+  });
+}
+
+std::unique_ptr<http_server>
+http_server::listen(const http_server_options& opts, request_handler& handler,
+                    std::string& error) {
+  auto ptr = std::make_shared<impl>(opts, handler);
+  beast::error_code ec;
+  auto addr = net::ip::make_address(opts.host, ec);
+  if (ec) {
+    error = "invalid http host '" + opts.host + "': " + ec.message();
+    return nullptr;
+  }
+  tcp::endpoint ep{addr, opts.port};
+  ptr->acceptor.open(ep.protocol(), ec);
+  if (!ec)
+    ptr->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    ptr->acceptor.bind(ep, ec);
+  if (!ec)
+    ptr->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    error = "cannot listen on " + opts.host + ":" + std::to_string(opts.port)
+            + ": " + ec.message();
+    return nullptr;
+  }
+  return std::unique_ptr<http_server>{new http_server(std::move(ptr))};
+}
+
+http_server::http_server(std::shared_ptr<impl> ptr) : impl_(std::move(ptr)) {
+  // nop
+}
+
+http_server::~http_server() {
+  impl_->ioc.stop();
+}
+
+uint16_t http_server::port() const {
+  beast::error_code ec;
+  auto ep = impl_->acceptor.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+void http_server::run(bool handle_signals) {
+  auto& st = *impl_;
+  if (handle_signals) {
+    st.signals.add(SIGINT);
+    st.signals.add(SIGTERM);
+    st.signals.async_wait([ptr = impl_](beast::error_code ec, int sig) {
+      if (!ec) {
+        log::gateway()->info("http.signal signal={}", sig);
+        ptr->begin_stop();
+      }
+    });
+  }
+  net::dispatch(st.acceptor.get_executor(), [ptr = impl_] {
+    if (!ptr->stopping)
+      ptr->do_accept();
+  });
+  std::vector<std::thread> extra;
+  for (unsigned i = 1; i < std::max(1u, st.opts.threads); ++i)
+    extra.emplace_back([ptr = impl_] { ptr->ioc.run(); });
+  st.ioc.run();
+  for (auto& t : extra)
+    t.join();
+}
+
+void http_server::stop() {
+  net::post(impl_->acceptor.get_executor(),
+            [ptr = impl_] { ptr->begin_stop(); });
+}
+
+} // namespace oncegate::gateway

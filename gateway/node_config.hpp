@@ -1,0 +1,68 @@
+#pragma once
+
+#include <string>
+
+#include <caf/actor_system_config.hpp>
+
+#include "actors/node.hpp"
+#include "gateway/gateway_actor.hpp"
+#include "gateway/http_server.hpp"
+#include "gateway/webhook_handler.hpp"
+
+namespace oncegate::gateway {
+
+/// The node's configuration: CAF's config system, so every option can be
+/// set in the INI file (`--config-file=FILE`) and overridden on the command
+/// line. Node basics are top-level flags (`--http-port=8080`), tuning lives
+/// in groups (`--keys.ttl=72h`, `[keys]` in the INI file).
+class node_config : public caf::actor_system_config {
+public:
+  node_config();
+
+  /// Checks values that CAF's types cannot express (ranges, non-empty).
+  /// Returns an error message naming the option, or an empty string.
+  std::string validate() const;
+
+  node_options node_opts() const;
+  http_server_options http_opts() const;
+  webhook_options webhook_opts() const;
+  gateway_actor_options gateway_opts() const;
+
+  // Top-level options.
+  std::string http_host = "127.0.0.1";
+  uint16_t http_port = 8080;
+  std::string data_dir = "./data";
+  std::string log_level = "info";
+  size_t http_threads = 1;
+  bool version = false;
+
+  // [http]
+  size_t body_limit = 64 * 1024;
+  size_t header_limit = 16 * 1024;
+  caf::timespan header_timeout = std::chrono::seconds(5);
+  caf::timespan body_timeout = std::chrono::seconds(5);
+  caf::timespan idle_timeout = std::chrono::seconds(60);
+  caf::timespan response_timeout = std::chrono::seconds(30);
+  size_t max_connections = 10000;
+  caf::timespan shutdown_grace = std::chrono::seconds(10);
+
+  // [keys]
+  caf::timespan ttl = std::chrono::hours(24);
+  caf::timespan key_idle_timeout = std::chrono::seconds(30);
+  size_t max_live_keys = 1'000'000;
+  size_t registry_shards = 1;
+  caf::timespan claim_timeout = std::chrono::seconds(10);
+  caf::timespan store_timeout = std::chrono::seconds(10);
+  size_t gateway_actors = 1;
+
+  // [store]
+  size_t max_batch = 1024;
+  size_t max_pending = 65536;
+  size_t checkpoint_pages = 4000;
+
+  // [alarm]
+  size_t purge_chunk = 1000;
+  caf::timespan alarm_max_interval = std::chrono::seconds(60);
+};
+
+} // namespace oncegate::gateway

@@ -1,0 +1,62 @@
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "gateway/rejection.hpp"
+
+namespace oncegate::gateway {
+
+/// A top-level scalar member of the body.
+struct field {
+  enum class kind { string, number, boolean, null };
+  kind type = kind::null;
+  /// Strings: the decoded value (escapes resolved, UTF-8). Numbers: the
+  /// literal as it appeared in the body (e.g. `1700000000.5`).
+  std::string text;
+};
+
+/// A parsed and canonicalised webhook body.
+struct payload {
+  /// Canonical JSON: object members sorted by key (bytewise on the UTF-8
+  /// key), no insignificant whitespace, strings with escapes decoded and
+  /// re-escaped minimally, numbers in canonical form, and the top-level
+  /// auth members `passphrase`, `secret` and `token` removed.
+  std::string canonical;
+  /// Raw SHA-256 (32 bytes) of `canonical`.
+  std::string fingerprint;
+  /// Top-level scalar members, by name (auth members included, so that the
+  /// gateway can check a `passphrase`). Nested values are not listed.
+  std::map<std::string, field, std::less<>> fields;
+};
+
+/// Limits of the parser.
+struct payload_limits {
+  /// Deepest nesting of objects and arrays accepted.
+  std::size_t max_depth = 32;
+};
+
+/// Parses `body` as one JSON object and canonicalises it in a single pass.
+/// Returns a 400 rejection with one of these types:
+/// - `malformed-json`: not JSON (syntax error, trailing data, empty body);
+/// - `invalid-utf8`: invalid UTF-8, or an escape that encodes a lone
+///   surrogate;
+/// - `duplicate-member`: an object holds the same member name twice (after
+///   decoding escapes: `{"a":1,"\u0061":2}` is a duplicate);
+/// - `not-an-object`: valid JSON whose top level is not an object;
+/// - `too-deep`: nesting beyond `limits.max_depth`.
+std::variant<payload, rejection> parse_payload(std::string_view body,
+                                               const payload_limits& limits
+                                               = {});
+
+/// Renders a number literal in canonical form: integers (including
+/// integral values written as `1.0`, `1e2`, `-0`) as plain decimal without
+/// sign for zero when the value fits in 64 bits; all other values as the
+/// shortest round-trip form of the double with exponent form `1e+300`
+/// where `std::to_chars` chooses it. Exposed for tests.
+std::string canonical_number(std::string_view literal);
+
+} // namespace oncegate::gateway

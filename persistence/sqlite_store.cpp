@@ -1,0 +1,513 @@
+#include "persistence/sqlite_store.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <sqlite3.h>
+
+#include "common/errc.hpp"
+#include "common/logging.hpp"
+
+namespace oncegate::persistence {
+
+namespace {
+
+// -- all SQL of oncegate ------------------------------------------------------
+
+// Forward migrations: entry N brings a database from version N to N + 1.
+// Never edit a released entry; append a new one.
+const char* const migrations[] = {
+  // 0 -> 1: the record table and its expiry index (the durable alarms).
+  "CREATE TABLE records("
+  "  route TEXT NOT NULL,"
+  "  key TEXT NOT NULL,"
+  "  state INTEGER NOT NULL,"
+  "  fingerprint BLOB NOT NULL,"
+  "  first_seen_ms INTEGER NOT NULL,"
+  "  expires_at_ms INTEGER NOT NULL,"
+  "  status INTEGER NOT NULL,"
+  "  response BLOB NOT NULL,"
+  "  signal BLOB NOT NULL,"
+  "  PRIMARY KEY (route, key));"
+  "CREATE INDEX records_by_expiry ON records(expires_at_ms);",
+};
+
+static_assert(std::size(migrations) == sqlite_store::schema_version);
+
+constexpr const char* create_meta_sql
+  = "CREATE TABLE IF NOT EXISTS meta("
+    "  name TEXT PRIMARY KEY,"
+    "  value INTEGER NOT NULL) WITHOUT ROWID";
+
+// Prepared statements, by name.
+enum stmt_id : size_t {
+  stmt_begin,
+  stmt_commit,
+  stmt_rollback,
+  stmt_select_record,
+  stmt_upsert_record,
+  stmt_purge,
+  stmt_next_expiry,
+  stmt_count,
+  stmt_get_version,
+  stmt_set_version,
+  stmt_count_ids, // number of statements
+};
+
+const char* const statements[stmt_count_ids] = {
+  // stmt_begin: IMMEDIATE takes the write lock up front, so a commit cannot
+  // fail on lock upgrade half way through a batch.
+  "BEGIN IMMEDIATE",
+  // stmt_commit
+  "COMMIT",
+  // stmt_rollback
+  "ROLLBACK",
+  // stmt_select_record
+  "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
+  "       response, signal"
+  "  FROM records WHERE route = ?1 AND key = ?2",
+  // stmt_upsert_record
+  "INSERT OR REPLACE INTO records(route, key, state, fingerprint,"
+  "  first_seen_ms, expires_at_ms, status, response, signal)"
+  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+  // stmt_purge: oldest first through the expiry index, bounded.
+  "DELETE FROM records WHERE rowid IN ("
+  "  SELECT rowid FROM records WHERE expires_at_ms <= ?1"
+  "  ORDER BY expires_at_ms LIMIT ?2)",
+  // stmt_next_expiry
+  "SELECT MIN(expires_at_ms) FROM records",
+  // stmt_count
+  "SELECT COUNT(*) FROM records",
+  // stmt_get_version
+  "SELECT value FROM meta WHERE name = 'schema_version'",
+  // stmt_set_version
+  "INSERT OR REPLACE INTO meta(name, value) VALUES('schema_version', ?1)",
+};
+
+caf::error sqlite_error(sqlite3* db, const char* what) {
+  std::string ctx = what;
+  ctx += ": ";
+  ctx += db ? sqlite3_errmsg(db) : "out of memory";
+  return make_error(errc::storage_failure, std::move(ctx));
+}
+
+// Resets a statement and clears its bindings when leaving a scope, so that
+// an early return never leaves a statement busy (which would keep a read
+// transaction open and block checkpoints).
+struct stmt_guard {
+  sqlite3_stmt* stmt;
+  ~stmt_guard() {
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+  }
+};
+
+void bind_text(sqlite3_stmt* st, int idx, const std::string& str) {
+  sqlite3_bind_text(st, idx, str.data(), static_cast<int>(str.size()),
+                    SQLITE_STATIC);
+}
+
+void bind_blob(sqlite3_stmt* st, int idx, const std::string& str) {
+  // A zero-length blob must not bind as NULL (the column is NOT NULL).
+  sqlite3_bind_blob(st, idx, str.empty() ? "" : str.data(),
+                    static_cast<int>(str.size()), SQLITE_STATIC);
+}
+
+std::string column_blob(sqlite3_stmt* st, int col) {
+  auto ptr = static_cast<const char*>(sqlite3_column_blob(st, col));
+  auto len = sqlite3_column_bytes(st, col);
+  return ptr ? std::string(ptr, static_cast<size_t>(len)) : std::string{};
+}
+
+// Runs `PASSIVE` checkpoints on its own connection whenever the writer
+// reports that the WAL has grown past the threshold. PASSIVE never blocks
+// the writer; the writer restarts the WAL once a checkpoint caught up.
+class checkpointer {
+public:
+  explicit checkpointer(sqlite3* db) : db_(db), thread_([this] { run(); }) {
+    // nop
+  }
+
+  ~checkpointer() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+    sqlite3_close(db_);
+  }
+
+  void poke() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      requested_ = true;
+    }
+    cv_.notify_one();
+  }
+
+private:
+  void run() {
+    std::unique_lock<std::mutex> guard{mtx_};
+    for (;;) {
+      cv_.wait(guard, [this] { return stop_ || requested_; });
+      if (stop_)
+        return;
+      requested_ = false;
+      guard.unlock();
+      int log_pages = 0;
+      int done_pages = 0;
+      auto rc = sqlite3_wal_checkpoint_v2(db_, nullptr,
+                                          SQLITE_CHECKPOINT_PASSIVE,
+                                          &log_pages, &done_pages);
+      if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+        log::store()->warn("store.checkpoint_failed rc={} msg={}", rc,
+                           sqlite3_errmsg(db_));
+      else
+        log::store()->debug("store.checkpoint wal_pages={} done={}",
+                            log_pages, done_pages);
+      guard.lock();
+    }
+  }
+
+  sqlite3* db_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool requested_ = false;
+  std::thread thread_;
+};
+
+} // namespace
+
+struct sqlite_store::impl {
+  sqlite3* db = nullptr;
+  sqlite3_stmt* stmts[stmt_count_ids] = {};
+  store_options opts;
+  int version = 0;
+  bool in_txn = false;
+  std::unique_ptr<checkpointer> ckpt;
+
+  ~impl() {
+    if (db)
+      sqlite3_wal_hook(db, nullptr, nullptr);
+    ckpt.reset();
+    for (auto st : stmts)
+      sqlite3_finalize(st);
+    if (db) {
+      // Fold the WAL into the database so that the next start reads one
+      // file; harmless when it cannot (the WAL is replayed on open).
+      sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_TRUNCATE,
+                                nullptr, nullptr);
+      sqlite3_close(db);
+    }
+  }
+
+  // Called by SQLite after each commit with the WAL size in pages.
+  static int on_wal_commit(void* ctx, sqlite3*, const char*, int pages) {
+    auto self = static_cast<impl*>(ctx);
+    if (static_cast<uint32_t>(pages) >= self->opts.checkpoint_pages)
+      self->ckpt->poke();
+    return SQLITE_OK;
+  }
+
+  // Reads the current row of `stmt_select_record`.
+  static record read_record(sqlite3_stmt* st, const std::string& route,
+                            const std::string& key) {
+    record rec;
+    rec.route = route;
+    rec.key = key;
+    rec.state = static_cast<record_state>(sqlite3_column_int(st, 0));
+    rec.fingerprint = column_blob(st, 1);
+    rec.first_seen_ms = sqlite3_column_int64(st, 2);
+    rec.expires_at_ms = sqlite3_column_int64(st, 3);
+    rec.status = static_cast<uint16_t>(sqlite3_column_int(st, 4));
+    rec.response = column_blob(st, 5);
+    rec.signal = column_blob(st, 6);
+    return rec;
+  }
+
+  caf::error exec(const char* sql) {
+    char* msg = nullptr;
+    if (sqlite3_exec(db, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+      std::string ctx = sql;
+      ctx += ": ";
+      ctx += msg ? msg : "unknown error";
+      sqlite3_free(msg);
+      return make_error(errc::storage_failure, std::move(ctx));
+    }
+    return caf::none;
+  }
+
+  // Steps a statement that returns no rows.
+  caf::error step_done(stmt_id id) {
+    auto st = stmts[id];
+    stmt_guard guard{st};
+    if (sqlite3_step(st) != SQLITE_DONE)
+      return sqlite_error(db, statements[id]);
+    return caf::none;
+  }
+
+  caf::error prepare_all() {
+    for (size_t i = 0; i < stmt_count_ids; ++i)
+      if (sqlite3_prepare_v3(db, statements[i], -1, SQLITE_PREPARE_PERSISTENT,
+                             &stmts[i], nullptr)
+          != SQLITE_OK)
+        return sqlite_error(db, statements[i]);
+    return caf::none;
+  }
+
+  caf::expected<int> read_version() {
+    auto st = stmts[stmt_get_version];
+    stmt_guard guard{st};
+    switch (sqlite3_step(st)) {
+      case SQLITE_ROW:
+        return sqlite3_column_int(st, 0);
+      case SQLITE_DONE:
+        return 0;
+      default:
+        return sqlite_error(db, "read schema version");
+    }
+  }
+
+  // Brings the schema to `schema_version`, one transaction per step, so a
+  // crash during a migration leaves the previous version intact.
+  caf::error migrate() {
+    auto v = read_version();
+    if (!v)
+      return std::move(v.error());
+    if (*v > schema_version)
+      return make_error(errc::schema_too_new,
+                        "database schema " + std::to_string(*v)
+                          + ", this build knows up to "
+                          + std::to_string(schema_version));
+    for (int i = *v; i < schema_version; ++i) {
+      if (auto err = exec("BEGIN IMMEDIATE"))
+        return err;
+      auto err = exec(migrations[i]);
+      if (!err) {
+        auto st = stmts[stmt_set_version];
+        sqlite3_bind_int(st, 1, i + 1);
+        err = step_done(stmt_set_version);
+      }
+      if (!err)
+        err = exec("COMMIT");
+      if (err) {
+        exec("ROLLBACK");
+        return err;
+      }
+      log::store()->info("store.migrated from={} to={}", i, i + 1);
+    }
+    version = schema_version;
+    return caf::none;
+  }
+};
+
+caf::expected<std::unique_ptr<sqlite_store>>
+sqlite_store::open(const store_options& opts) {
+  auto ptr = std::make_unique<impl>();
+  ptr->opts = opts;
+  auto flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+               | SQLITE_OPEN_NOMUTEX;
+  if (sqlite3_open_v2(opts.path.c_str(), &ptr->db, flags, nullptr)
+      != SQLITE_OK)
+    return sqlite_error(ptr->db, ("open " + opts.path).c_str());
+  sqlite3_extended_result_codes(ptr->db, 1);
+  sqlite3_busy_timeout(ptr->db, static_cast<int>(opts.busy_timeout_ms));
+  // WAL + FULL: a commit returns only after the WAL frame is fsynced.
+  // Automatic checkpoints are off; the checkpointer thread does them.
+  for (auto sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
+                   "PRAGMA wal_autocheckpoint=0", "PRAGMA foreign_keys=OFF"})
+    if (auto err = ptr->exec(sql))
+      return err;
+  {
+    // journal_mode answers with the mode it got; anything but WAL (e.g. on a
+    // file system without shared memory) would silently change durability.
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(ptr->db, "PRAGMA journal_mode", -1, &st, nullptr);
+    std::string mode;
+    if (st && sqlite3_step(st) == SQLITE_ROW)
+      mode = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (mode != "wal")
+      return make_error(errc::storage_failure,
+                        "cannot enable WAL journal on " + opts.path);
+  }
+  if (auto err = ptr->exec(create_meta_sql))
+    return err;
+  // Statements on `records` compile only once the table exists: prepare the
+  // meta ones first, migrate, then prepare everything.
+  {
+    for (auto id : {stmt_get_version, stmt_set_version})
+      if (sqlite3_prepare_v3(ptr->db, statements[id], -1,
+                             SQLITE_PREPARE_PERSISTENT, &ptr->stmts[id],
+                             nullptr)
+          != SQLITE_OK)
+        return sqlite_error(ptr->db, statements[id]);
+    if (auto err = ptr->migrate())
+      return err;
+    for (auto id : {stmt_get_version, stmt_set_version}) {
+      sqlite3_finalize(ptr->stmts[id]);
+      ptr->stmts[id] = nullptr;
+    }
+  }
+  if (auto err = ptr->prepare_all())
+    return err;
+  // The checkpointer's own connection.
+  sqlite3* ckpt_db = nullptr;
+  if (sqlite3_open_v2(opts.path.c_str(), &ckpt_db, SQLITE_OPEN_READWRITE
+                                                     | SQLITE_OPEN_NOMUTEX,
+                      nullptr)
+      != SQLITE_OK) {
+    auto err = sqlite_error(ckpt_db, "open checkpoint connection");
+    sqlite3_close(ckpt_db);
+    return err;
+  }
+  sqlite3_busy_timeout(ckpt_db, static_cast<int>(opts.busy_timeout_ms));
+  ptr->ckpt = std::make_unique<checkpointer>(ckpt_db);
+  sqlite3_wal_hook(ptr->db, &impl::on_wal_commit, ptr.get());
+  return std::unique_ptr<sqlite_store>{new sqlite_store(std::move(ptr))};
+}
+
+sqlite_store::sqlite_store(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
+  // nop
+}
+
+sqlite_store::~sqlite_store() {
+  // nop
+}
+
+caf::error sqlite_store::begin() {
+  if (auto err = impl_->step_done(stmt_begin))
+    return err;
+  impl_->in_txn = true;
+  return caf::none;
+}
+
+caf::error sqlite_store::commit() {
+  auto st = impl_->stmts[stmt_commit];
+  stmt_guard guard{st};
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    std::string ctx = "commit: ";
+    ctx += sqlite3_errmsg(impl_->db);
+    rollback();
+    return make_error(errc::commit_failed, std::move(ctx));
+  }
+  impl_->in_txn = false;
+  return caf::none;
+}
+
+void sqlite_store::rollback() {
+  // After an I/O error SQLite may have rolled back already; then ROLLBACK
+  // fails harmlessly with "no transaction is active".
+  if (!sqlite3_get_autocommit(impl_->db))
+    impl_->step_done(stmt_rollback);
+  impl_->in_txn = false;
+}
+
+caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
+  auto db = impl_->db;
+  claim_result result;
+  bool existed = false;
+  {
+    auto st = impl_->stmts[stmt_select_record];
+    stmt_guard guard{st};
+    bind_text(st, 1, req.route);
+    bind_text(st, 2, req.key);
+    switch (sqlite3_step(st)) {
+      case SQLITE_ROW:
+        existed = true;
+        result.rec = impl::read_record(st, req.route, req.key);
+        break;
+      case SQLITE_DONE:
+        break;
+      default:
+        return sqlite_error(db, "select record");
+    }
+  }
+  if (existed && live(result.rec, req.now_ms)) {
+    result.outcome = result.rec.fingerprint == req.fingerprint
+                       ? decision::duplicate
+                       : decision::mismatch;
+    return result;
+  }
+  result.outcome = existed ? decision::renewed : decision::accepted;
+  result.rec = make_record(req);
+  auto& rec = result.rec;
+  auto st = impl_->stmts[stmt_upsert_record];
+  stmt_guard guard{st};
+  bind_text(st, 1, rec.route);
+  bind_text(st, 2, rec.key);
+  sqlite3_bind_int(st, 3, static_cast<int>(rec.state));
+  bind_blob(st, 4, rec.fingerprint);
+  sqlite3_bind_int64(st, 5, rec.first_seen_ms);
+  sqlite3_bind_int64(st, 6, rec.expires_at_ms);
+  sqlite3_bind_int(st, 7, rec.status);
+  bind_blob(st, 8, rec.response);
+  bind_blob(st, 9, rec.signal);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    return sqlite_error(db, "insert record");
+  return result;
+}
+
+caf::expected<lookup_result> sqlite_store::load(const std::string& route,
+                                                const std::string& key) {
+  auto st = impl_->stmts[stmt_select_record];
+  stmt_guard guard{st};
+  bind_text(st, 1, route);
+  bind_text(st, 2, key);
+  lookup_result result;
+  switch (sqlite3_step(st)) {
+    case SQLITE_ROW:
+      result.found = true;
+      result.rec = impl::read_record(st, route, key);
+      return result;
+    case SQLITE_DONE:
+      return result;
+    default:
+      return sqlite_error(impl_->db, "load record");
+  }
+}
+
+caf::expected<uint64_t> sqlite_store::purge(int64_t now_ms, uint32_t limit) {
+  auto st = impl_->stmts[stmt_purge];
+  stmt_guard guard{st};
+  sqlite3_bind_int64(st, 1, now_ms);
+  sqlite3_bind_int64(st, 2, limit);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    return sqlite_error(impl_->db, "purge");
+  return static_cast<uint64_t>(sqlite3_changes(impl_->db));
+}
+
+caf::expected<int64_t> sqlite_store::next_expiry() {
+  auto st = impl_->stmts[stmt_next_expiry];
+  stmt_guard guard{st};
+  if (sqlite3_step(st) != SQLITE_ROW)
+    return sqlite_error(impl_->db, "next expiry");
+  if (sqlite3_column_type(st, 0) == SQLITE_NULL)
+    return int64_t{-1};
+  return sqlite3_column_int64(st, 0);
+}
+
+caf::expected<uint64_t> sqlite_store::count() {
+  auto st = impl_->stmts[stmt_count];
+  stmt_guard guard{st};
+  if (sqlite3_step(st) != SQLITE_ROW)
+    return sqlite_error(impl_->db, "count");
+  return static_cast<uint64_t>(sqlite3_column_int64(st, 0));
+}
+
+caf::error sqlite_store::limit_pages(uint64_t pages) {
+  auto sql = "PRAGMA max_page_count=" + std::to_string(pages);
+  return impl_->exec(sql.c_str());
+}
+
+int sqlite_store::version() const {
+  return impl_->version;
+}
+
+} // namespace oncegate::persistence

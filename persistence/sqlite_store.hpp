@@ -1,0 +1,89 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "common/record.hpp"
+
+namespace oncegate::persistence {
+
+/// How to open the SQLite database.
+struct store_options {
+  /// Path of the database file; its directory must exist.
+  std::string path;
+  /// WAL size in pages that wakes the background checkpointer. Commits never
+  /// checkpoint themselves (that stalled them for 67-165 ms).
+  uint32_t checkpoint_pages = 4000;
+  /// How long a statement waits for a lock held by another connection.
+  uint32_t busy_timeout_ms = 5000;
+};
+
+/// The durable record table in one SQLite file (WAL, `synchronous=FULL`).
+///
+/// Not thread-safe: one owner (the store actor) calls every member. All SQL
+/// of oncegate lives in the implementation file, prepared once. A background
+/// thread with its own connection runs WAL checkpoints off the commit path.
+///
+/// Writes happen between `begin` and `commit`; a decision is durable only
+/// once `commit` returned without error.
+class sqlite_store {
+public:
+  /// The schema version this build writes.
+  static constexpr int schema_version = 1;
+
+  /// Opens (creating or migrating) the database. Fails with
+  /// `errc::storage_failure` (SQLite's message as context) or
+  /// `errc::schema_too_new`.
+  static caf::expected<std::unique_ptr<sqlite_store>>
+  open(const store_options& opts);
+
+  ~sqlite_store();
+
+  sqlite_store(const sqlite_store&) = delete;
+  sqlite_store& operator=(const sqlite_store&) = delete;
+
+  caf::error begin();
+
+  /// Commits the open transaction; on failure the transaction is rolled back
+  /// and nothing of it is durable.
+  caf::error commit();
+
+  /// Abandons the open transaction, if any.
+  void rollback();
+
+  /// Decides a claim inside the open transaction: inserts a record built from
+  /// `req` unless a record that is live at `req.now_ms` exists.
+  caf::expected<claim_result> claim(const claim_request& req);
+
+  /// Reads the record of `(route, key)`, live or not.
+  caf::expected<lookup_result> load(const std::string& route,
+                                    const std::string& key);
+
+  /// Deletes up to `limit` records with `expires_at_ms <= now_ms`, oldest
+  /// first, inside the open transaction.
+  caf::expected<uint64_t> purge(int64_t now_ms, uint32_t limit);
+
+  /// Earliest `expires_at_ms` of all records, or -1 when there are none.
+  caf::expected<int64_t> next_expiry();
+
+  /// Number of stored records.
+  caf::expected<uint64_t> count();
+
+  /// Caps the database at `pages` pages, so that writes beyond fail with
+  /// SQLITE_FULL exactly as on a full disk. For failure tests and drills.
+  caf::error limit_pages(uint64_t pages);
+
+  /// Schema version found in (or written to) the file.
+  int version() const;
+
+private:
+  struct impl;
+  explicit sqlite_store(std::unique_ptr<impl> ptr);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace oncegate::persistence

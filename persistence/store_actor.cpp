@@ -1,0 +1,181 @@
+#include "persistence/store_actor.hpp"
+
+#include <utility>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "common/errc.hpp"
+#include "common/logging.hpp"
+#include "persistence/sqlite_store.hpp"
+
+namespace oncegate::persistence {
+
+namespace {
+
+// One operation waiting for the next transaction.
+struct pending_op {
+  enum class kind { claim, purge } type;
+  claim_request claim;
+  int64_t now_ms = 0;
+  uint32_t limit = 0;
+  caf::typed_response_promise<claim_result> claim_rp;
+  caf::typed_response_promise<purge_result> purge_rp;
+};
+
+struct store_state {
+  std::shared_ptr<sqlite_store> db;
+  store_actor_options opts;
+  std::vector<pending_op> pending;
+  bool flush_scheduled = false;
+  store_stats stats;
+
+  static inline const char* name = "oncegate.store";
+
+  // Runs one transaction over the first `max_batch` pending operations and
+  // answers them. Results are computed inside the transaction but delivered
+  // only after COMMIT returned.
+  void flush() {
+    flush_scheduled = false;
+    if (pending.empty())
+      return;
+    auto n = std::min<size_t>(pending.size(), opts.max_batch);
+    std::vector<pending_op> batch;
+    batch.reserve(n);
+    std::move(pending.begin(), pending.begin() + n, std::back_inserter(batch));
+    pending.erase(pending.begin(), pending.begin() + n);
+    std::vector<claim_result> claims(batch.size());
+    std::vector<uint64_t> purged(batch.size(), 0);
+    auto err = db->begin();
+    for (size_t i = 0; !err && i < batch.size(); ++i) {
+      auto& op = batch[i];
+      if (op.type == pending_op::kind::claim) {
+        if (auto res = db->claim(op.claim))
+          claims[i] = std::move(*res);
+        else
+          err = std::move(res.error());
+      } else if (auto res = db->purge(op.now_ms, op.limit)) {
+        purged[i] = *res;
+      } else {
+        err = std::move(res.error());
+      }
+    }
+    if (err)
+      db->rollback();
+    else
+      err = db->commit();
+    if (err) {
+      ++stats.failed_commits;
+      log::store()->error("store.commit_failed batch={} error={}",
+                          batch.size(), to_string(err));
+      for (auto& op : batch)
+        if (op.type == pending_op::kind::claim)
+          op.claim_rp.deliver(err);
+        else
+          op.purge_rp.deliver(err);
+      return;
+    }
+    ++stats.commits;
+    stats.committed_ops += batch.size();
+    stats.max_batch = std::max<uint64_t>(stats.max_batch, batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      auto& op = batch[i];
+      if (op.type == pending_op::kind::claim) {
+        op.claim_rp.deliver(std::move(claims[i]));
+      } else {
+        stats.purged += purged[i];
+        purge_result res;
+        res.purged = purged[i];
+        if (auto next = db->next_expiry())
+          res.next_due_ms = *next;
+        op.purge_rp.deliver(res);
+      }
+    }
+  }
+};
+
+using store_pointer = store_actor::stateful_pointer<store_state>;
+
+// Queues `op`; the flush message goes behind everything already in the
+// mailbox, so all operations that arrived during the previous commit share
+// the next transaction.
+template <class Promise>
+bool enqueue(store_pointer self, pending_op&& op, Promise& rp) {
+  auto& st = self->state;
+  if (st.pending.size() >= st.opts.max_pending) {
+    rp.deliver(make_error(errc::overloaded, "store queue full"));
+    return false;
+  }
+  st.pending.emplace_back(std::move(op));
+  if (st.pending.size() >= st.opts.max_batch) {
+    st.flush();
+  } else if (!st.flush_scheduled) {
+    st.flush_scheduled = true;
+    self->send(self, flush_atom::value);
+  }
+  return true;
+}
+
+store_actor::behavior_type store_impl(store_pointer self,
+                                      std::shared_ptr<sqlite_store> db,
+                                      store_actor_options opts) {
+  self->state.db = std::move(db);
+  self->state.opts = opts;
+  // Commit what is queued before going away: those requests were accepted,
+  // and their senders are still waiting for an answer.
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    while (!self->state.pending.empty())
+      self->state.flush();
+    self->quit(msg.reason);
+  });
+  return {
+    [self](claim_atom, claim_request& req) {
+      auto rp = self->make_response_promise<claim_result>();
+      pending_op op{pending_op::kind::claim, std::move(req), 0, 0, rp, {}};
+      enqueue(self, std::move(op), rp);
+      return rp;
+    },
+    [self](get_atom, const std::string& route,
+           const std::string& key) -> caf::result<lookup_result> {
+      auto res = self->state.db->load(route, key);
+      if (!res)
+        return std::move(res.error());
+      return std::move(*res);
+    },
+    [self](purge_atom, int64_t now_ms, uint32_t limit) {
+      auto rp = self->make_response_promise<purge_result>();
+      pending_op op{pending_op::kind::purge, {}, now_ms, limit, {}, rp};
+      enqueue(self, std::move(op), rp);
+      return rp;
+    },
+    [self](next_atom) -> caf::result<int64_t> {
+      auto res = self->state.db->next_expiry();
+      if (!res)
+        return std::move(res.error());
+      return *res;
+    },
+    [self](stats_atom) -> caf::result<store_stats> {
+      auto res = self->state.stats;
+      if (auto n = self->state.db->count())
+        res.records = *n;
+      return res;
+    },
+    [self](flush_atom) { self->state.flush(); },
+  };
+}
+
+} // namespace
+
+store_actor spawn_store(caf::actor_system& sys,
+                        std::shared_ptr<sqlite_store> db,
+                        store_actor_options opts, bool detached) {
+  if (detached)
+    return sys.spawn<caf::detached>(store_impl, std::move(db), opts);
+  return sys.spawn(store_impl, std::move(db), opts);
+}
+
+} // namespace oncegate::persistence

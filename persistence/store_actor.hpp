@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <caf/fwd.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "common/atoms.hpp"
+#include "common/record.hpp"
+
+namespace oncegate::persistence {
+
+class sqlite_store;
+
+/// Counters of one store actor.
+struct store_stats {
+  uint64_t commits = 0;
+  uint64_t failed_commits = 0;
+  /// Operations (claims and purges) made durable.
+  uint64_t committed_ops = 0;
+  uint64_t purged = 0;
+  /// Largest batch committed in one transaction.
+  uint64_t max_batch = 0;
+  uint64_t records = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, store_stats& x) {
+  return f(caf::meta::type_name("store_stats"), x.commits, x.failed_commits,
+           x.committed_ops, x.purged, x.max_batch, x.records);
+}
+
+/// The store: the one place where decisions become durable.
+///
+/// Writes are group-committed: operations arriving while a transaction
+/// commits form the next transaction, and every operation is answered only
+/// after the transaction holding it committed (`synchronous=FULL`). A failed
+/// commit fails every operation of its batch with `errc::commit_failed`;
+/// nothing of it is durable. A replicated store answers the same interface.
+using store_actor = caf::typed_actor<
+  /// Decides and persists a claim; see `sqlite_store::claim`.
+  caf::replies_to<claim_atom, claim_request>::with<claim_result>,
+  /// Reads the committed record of `(route, key)`.
+  caf::replies_to<get_atom, std::string, std::string>::with<lookup_result>,
+  /// Deletes up to `limit` records expired at `now_ms`; answers what is left.
+  caf::replies_to<purge_atom, int64_t, uint32_t>::with<purge_result>,
+  /// Answers the earliest expiry (-1: none).
+  caf::replies_to<next_atom>::with<int64_t>,
+  /// Answers the counters.
+  caf::replies_to<stats_atom>::with<store_stats>,
+  /// Commits the open batch (sent by the actor to itself).
+  caf::reacts_to<flush_atom>>;
+
+/// Limits of the store actor.
+struct store_actor_options {
+  /// Operations per transaction at most.
+  uint32_t max_batch = 1024;
+  /// Operations waiting for a transaction at most; beyond, new operations
+  /// fail at once with `errc::overloaded`.
+  uint32_t max_pending = 65536;
+};
+
+/// Spawns the store actor owning `db`. Production spawns it detached (its
+/// own thread: SQLite blocks); deterministic tests spawn it scheduled.
+store_actor spawn_store(caf::actor_system& sys,
+                        std::shared_ptr<sqlite_store> db,
+                        store_actor_options opts, bool detached);
+
+} // namespace oncegate::persistence
