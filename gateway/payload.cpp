@@ -380,9 +380,11 @@ public:
       return x.first == y.first;
     };
     auto dup = std::adjacent_find(members.begin(), members.end(), same_name);
-    if (dup != members.end())
+    if (dup != members.end()) {
+      auto detail = "duplicate member " + quote_for_detail(dup->first);
       return fail(ec, reject("duplicate-member", "Duplicate member name",
-                             "duplicate member " + quote_for_detail(dup->first)));
+                             std::move(detail)));
+    }
     bool top_level = stack_.size() == 1;
     std::string text = "{";
     for (auto& [name, value] : members) {

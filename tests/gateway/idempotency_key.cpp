@@ -252,7 +252,8 @@ CAF_TEST(trimming and case rules give the same derived key) {
                           R"("action":" BUY","timestamp":"1700000000000"})"),
                   binance_buy_key);
   CAF_CHECK_EQUAL(derived(R"({"exchange":"Binance","symbol":"BtcUsdt",)"
-                          R"("action":"Buy","timestamp":"2023-11-15T00:13:20+02:00",)"
+                          R"("action":"Buy",)"
+                          R"("timestamp":"2023-11-15T00:13:20+02:00",)"
                           R"("price":"37000"})"),
                   binance_buy_key);
   CAF_CHECK_EQUAL(derived(R"({"exchange":"BINANCE","symbol":"BTCUSDT",)"

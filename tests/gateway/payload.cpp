@@ -155,7 +155,8 @@ CAF_TEST(top level auth members are removed from the canonical form) {
 }
 
 CAF_TEST(nested auth members are kept) {
-  CAF_CHECK_EQUAL(canon(R"({"a":{"token":"t","secret":"s"},"b":[{"passphrase":1}]})"),
+  CAF_CHECK_EQUAL(canon(R"({"a":{"token":"t","secret":"s"},)"
+                        R"("b":[{"passphrase":1}]})"),
                   R"({"a":{"secret":"s","token":"t"},"b":[{"passphrase":1}]})");
 }
 
@@ -228,9 +229,10 @@ CAF_TEST(invalid UTF-8 bytes are rejected) {
   CAF_CHECK_EQUAL(r.status, 400);
   CAF_CHECK_EQUAL(r.type, "invalid-utf8");
   CAF_CHECK_EQUAL(r.detail, "invalid UTF-8 sequence at byte 6");
-  CAF_CHECK_EQUAL(canon("{\"\xc3\":1}"), "<invalid-utf8>");          // truncated
-  CAF_CHECK_EQUAL(canon("{\"a\":\"\xc0\x80\"}"), "<invalid-utf8>");  // overlong
-  CAF_CHECK_EQUAL(canon("{\"a\":\"\xed\xa0\x80\"}"), "<invalid-utf8>"); // surrogate
+  // Truncated, overlong, an encoded surrogate, above U+10FFFF.
+  CAF_CHECK_EQUAL(canon("{\"\xc3\":1}"), "<invalid-utf8>");
+  CAF_CHECK_EQUAL(canon("{\"a\":\"\xc0\x80\"}"), "<invalid-utf8>");
+  CAF_CHECK_EQUAL(canon("{\"a\":\"\xed\xa0\x80\"}"), "<invalid-utf8>");
   CAF_CHECK_EQUAL(canon("{\"a\":\"\xf4\x90\x80\x80\"}"), "<invalid-utf8>");
   CAF_CHECK_EQUAL(canon("{\"a\":\"\xe2\x82"), "<invalid-utf8>");
   CAF_CHECK_EQUAL(canon("{\xff}"), "<invalid-utf8>");

@@ -1,0 +1,103 @@
+#define CAF_SUITE actors.alarm_actor
+#include "tests/actors/node_fixture.hpp"
+
+using namespace oncegate;
+using oncegate::test::ask;
+using oncegate::test::make_claim;
+
+namespace {
+
+struct alarm_fixture : test::node_fixture {
+  alarm_stats alarm() {
+    auto res = ask<alarm_stats>(sys, n.alarm, stats_atom::value);
+    sched.run();
+    CAF_REQUIRE(*res && **res);
+    return ***res;
+  }
+
+  // Claims `count` keys at wall time `now` with `ttl_ms`, in one batch.
+  void fill(int count, int64_t now, int64_t ttl_ms, const std::string& prefix) {
+    std::vector<test::reply_slot<claim_result>> replies;
+    for (int i = 0; i < count; ++i)
+      replies.push_back(ask<claim_result>(sys, n.registries.front(),
+                                          claim_atom::value,
+                                          make_claim(prefix
+                                                       + std::to_string(i),
+                                                     now, "{}", ttl_ms)));
+    sched.run();
+    for (auto& r : replies)
+      CAF_REQUIRE(*r && **r && grants((**r)->outcome));
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(alarm_tests, alarm_fixture)
+
+CAF_TEST(the alarm purges expired records in bounded chunks) {
+  n.shutdown();
+  sched.run();
+  opts.alarm.chunk = 100;
+  start();
+  fill(250, *wall, 10'000, "a");
+  fill(20, *wall, 3'600'000, "b");
+  CAF_CHECK_EQUAL(store().records, 270u);
+  // The alarm armed itself for the earliest expiry (10 s from now).
+  CAF_CHECK_EQUAL(alarm().next_due_ms, -1); // nothing was stored at start
+  *wall += 10'000;
+  sched.advance_time(opts.alarm.max_interval);
+  sched.run();
+  auto st = alarm();
+  CAF_CHECK_EQUAL(st.purged, 250u);
+  // Three chunks of at most 100, each its own transaction.
+  CAF_CHECK(st.runs >= 4u);
+  CAF_CHECK_EQUAL(st.next_due_ms, 1'000'000 + 3'600'000);
+  CAF_CHECK_EQUAL(store().records, 20u);
+}
+
+CAF_TEST(the alarm sleeps until the next due record) {
+  fill(5, *wall, 60'000, "a");
+  // Wake the alarm once so it learns the next due time.
+  sched.advance_time(opts.alarm.max_interval);
+  sched.run();
+  auto st = alarm();
+  CAF_CHECK_EQUAL(st.next_due_ms, *wall + 60'000);
+  // Advancing to just before the due time purges nothing...
+  auto before = st.runs;
+  *wall += 60'000;
+  auto fired = sched.advance_time(std::chrono::milliseconds(60'001));
+  CAF_CHECK(fired >= 1u);
+  sched.run();
+  st = alarm();
+  CAF_CHECK(st.runs > before);
+  CAF_CHECK_EQUAL(st.purged, 5u);
+}
+
+CAF_TEST(past due records are purged right after a restart) {
+  fill(30, *wall, 1'000, "a");
+  n.shutdown();
+  sched.run();
+  *wall += 5'000; // the node was down while the records expired
+  start();        // the alarm's first run purges at once
+  sched.run();
+  CAF_CHECK_EQUAL(alarm().purged, 30u);
+  CAF_CHECK_EQUAL(store().records, 0u);
+}
+
+CAF_TEST(a stale alarm is harmless) {
+  fill(3, *wall, 1'000, "a");
+  // A tick with an old generation changes nothing.
+  anon_send(n.alarm, tick_atom::value, uint64_t{0});
+  sched.run();
+  CAF_CHECK_EQUAL(alarm().purged, 0u);
+  CAF_CHECK_EQUAL(store().records, 3u);
+}
+
+CAF_TEST(expiry does not depend on the alarm) {
+  fill(1, *wall, 1'000, "a");
+  // No purge ran, yet a claim after the ttl is granted again.
+  CAF_CHECK_EQUAL(outcome(make_claim("a0", *wall + 1'000, "{}", 1'000)),
+                  decision::renewed);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

@@ -1,0 +1,191 @@
+#define CAF_SUITE actors.key_actor
+#include "tests/actors/node_fixture.hpp"
+
+using namespace oncegate;
+using oncegate::test::ask;
+using oncegate::test::make_claim;
+using oncegate::test::reply_slot;
+
+CAF_TEST_FIXTURE_SCOPE(key_actor_tests, test::node_fixture)
+
+CAF_TEST(a repeated claim is a duplicate) {
+  CAF_CHECK_EQUAL(outcome(make_claim("k1", 1000, "{\"a\":1}")),
+                  decision::accepted);
+  auto writes = store().committed_ops;
+  CAF_CHECK_EQUAL(outcome(make_claim("k1", 1001, "{\"a\":1}")),
+                  decision::duplicate);
+  // The duplicate was answered from the actor's cache: no store write.
+  CAF_CHECK_EQUAL(store().committed_ops, writes);
+}
+
+CAF_TEST(the same key with another payload is a mismatch) {
+  CAF_CHECK_EQUAL(outcome(make_claim("k1", 1000, "{\"a\":1}")),
+                  decision::accepted);
+  auto res = claim(make_claim("k1", 1001, "{\"a\":2}"));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->outcome, decision::mismatch);
+  CAF_CHECK_EQUAL(res->rec.signal, "{\"a\":1}");
+}
+
+CAF_TEST(one hundred concurrent claims of one key grant exactly one) {
+  std::vector<reply_slot<claim_result>> replies;
+  for (int i = 0; i < 100; ++i)
+    replies.push_back(ask<claim_result>(sys, n.registries.front(),
+                                        claim_atom::value,
+                                        make_claim("hot", 1000 + i)));
+  sched.run();
+  int granted = 0;
+  int duplicates = 0;
+  for (auto& r : replies) {
+    CAF_REQUIRE(*r && **r);
+    if (grants((**r)->outcome))
+      ++granted;
+    else if ((**r)->outcome == decision::duplicate)
+      ++duplicates;
+  }
+  CAF_CHECK_EQUAL(granted, 1);
+  CAF_CHECK_EQUAL(duplicates, 99);
+  CAF_CHECK_EQUAL(registry().spawned, 1u);
+}
+
+CAF_TEST(concurrent claims of many keys each grant exactly once) {
+  std::vector<reply_slot<claim_result>> replies;
+  for (int round = 0; round < 3; ++round)
+    for (int i = 0; i < 50; ++i)
+      replies.push_back(ask<claim_result>(sys, n.registries.front(),
+                                          claim_atom::value,
+                                          make_claim("k" + std::to_string(i),
+                                                     1000)));
+  sched.run();
+  int granted = 0;
+  for (auto& r : replies) {
+    CAF_REQUIRE(*r && **r);
+    granted += grants((**r)->outcome) ? 1 : 0;
+  }
+  CAF_CHECK_EQUAL(granted, 50);
+  CAF_CHECK_EQUAL(store().records, 50u);
+}
+
+CAF_TEST(a record expires at its ttl and the key is granted again) {
+  CAF_CHECK_EQUAL(outcome(make_claim("k1", 1000, "{}", 5000)),
+                  decision::accepted);
+  CAF_CHECK_EQUAL(outcome(make_claim("k1", 5999, "{}", 5000)),
+                  decision::duplicate);
+  auto res = claim(make_claim("k1", 6000, "{\"new\":1}", 5000));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->outcome, decision::renewed);
+  CAF_CHECK_EQUAL(res->rec.first_seen_ms, 6000);
+  CAF_CHECK_EQUAL(outcome(make_claim("k1", 6001, "{\"new\":1}", 5000)),
+                  decision::duplicate);
+}
+
+CAF_TEST(an idle key actor passivates and its successor reloads the record) {
+  CAF_CHECK_EQUAL(outcome(make_claim("k1", 1000, "{\"a\":1}")),
+                  decision::accepted);
+  CAF_CHECK_EQUAL(registry().live, 1u);
+  sched.advance_time(opts.registry.key.idle_timeout);
+  sched.run();
+  auto st = registry();
+  CAF_CHECK_EQUAL(st.live, 0u);
+  CAF_CHECK_EQUAL(st.passivated, 1u);
+  // Cold start: a new actor asks the store, which still knows the key.
+  auto res = claim(make_claim("k1", 2000, "{\"a\":1}"));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->outcome, decision::duplicate);
+  CAF_CHECK_EQUAL(res->rec.first_seen_ms, 1000);
+  CAF_CHECK_EQUAL(registry().spawned, 2u);
+}
+
+CAF_TEST(activity postpones passivation) {
+  outcome(make_claim("k1", 1000));
+  sched.advance_time(opts.registry.key.idle_timeout / 2);
+  sched.run();
+  outcome(make_claim("k1", 1001));
+  sched.advance_time(opts.registry.key.idle_timeout / 2);
+  sched.run();
+  CAF_CHECK_EQUAL(registry().live, 1u);
+  sched.advance_time(opts.registry.key.idle_timeout);
+  sched.run();
+  CAF_CHECK_EQUAL(registry().live, 0u);
+}
+
+CAF_TEST(a claim routed during the passivation hand-shake is not lost) {
+  outcome(make_claim("k1", 1000));
+  // Order the race by hand: the registry receives a new claim for the key
+  // and then the actor's request to leave, before it handles either.
+  auto late = ask<claim_result>(sys, n.registries.front(), claim_atom::value,
+                                make_claim("k1", 1002));
+  sched.advance_time(opts.registry.key.idle_timeout);
+  sched.run_once(); // client: claim -> registry mailbox
+  sched.run_once(); // key actor: idle timer -> "may I leave?" to registry
+  sched.run();      // registry routes the claim, then refuses the leave
+  CAF_REQUIRE(*late && **late);
+  CAF_CHECK_EQUAL((**late)->outcome, decision::duplicate);
+  auto st = registry();
+  CAF_CHECK_EQUAL(st.passivated, 0u);
+  CAF_CHECK_EQUAL(st.live, 1u);
+  CAF_CHECK_EQUAL(st.spawned, 1u);
+  // Once truly idle, it leaves.
+  sched.advance_time(opts.registry.key.idle_timeout);
+  sched.run();
+  CAF_CHECK_EQUAL(registry().passivated, 1u);
+}
+
+CAF_TEST(a lookup finds the record with or without a live actor) {
+  outcome(make_claim("k1", 1000, "{\"a\":1}"));
+  auto live = ask<lookup_result>(sys, n.registries.front(), get_atom::value,
+                                 std::string{"default"}, std::string{"k1"});
+  sched.run();
+  CAF_REQUIRE(*live && **live);
+  CAF_CHECK((**live)->found);
+  sched.advance_time(opts.registry.key.idle_timeout);
+  sched.run();
+  auto cold = ask<lookup_result>(sys, n.registries.front(), get_atom::value,
+                                 std::string{"default"}, std::string{"k1"});
+  auto missing = ask<lookup_result>(sys, n.registries.front(), get_atom::value,
+                                    std::string{"default"},
+                                    std::string{"nope"});
+  sched.run();
+  CAF_REQUIRE(*cold && **cold && *missing && **missing);
+  CAF_CHECK((**cold)->found);
+  CAF_CHECK_EQUAL((**cold)->rec.signal, "{\"a\":1}");
+  CAF_CHECK(!(**missing)->found);
+}
+
+CAF_TEST(a new actor system on the same database knows every key) {
+  for (int i = 0; i < 200; ++i)
+    CAF_CHECK_EQUAL(outcome(make_claim("k" + std::to_string(i), *wall)),
+                    decision::accepted);
+  // Shut this node down and start a second actor system on the same file.
+  n.shutdown();
+  sched.run();
+  {
+    test_coordinator_fixture<test::test_config> other;
+    node_options o = opts;
+    auto now = *wall + 1;
+    auto res = start_node(other.sys, o, [now] { return now; });
+    CAF_REQUIRE(res);
+    other.sched.run();
+    for (int i = 0; i < 200; ++i) {
+      auto slot = ask<claim_result>(other.sys, res->registries.front(),
+                                    claim_atom::value,
+                                    make_claim("k" + std::to_string(i), now));
+      other.sched.run();
+      CAF_REQUIRE(*slot && **slot);
+      CAF_CHECK_EQUAL((**slot)->outcome, decision::duplicate);
+    }
+    res->shutdown();
+    other.sched.run();
+  }
+  start(); // for the fixture's destructor
+}
+
+CAF_TEST(a store failure fails the claim and a retry asks the store again) {
+  // Stop the store: claims must fail, never be granted from nothing.
+  anon_send_exit(n.store, caf::exit_reason::user_shutdown);
+  sched.run();
+  auto res = claim(make_claim("k1", 1000));
+  CAF_CHECK(!res);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

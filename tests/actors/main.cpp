@@ -1,0 +1,2 @@
+#define CAF_SUITE actors
+#include "caf/test/unit_test_impl.hpp"

@@ -1,0 +1,74 @@
+#pragma once
+
+// A whole node (store, registry, alarm) under CAF's deterministic test
+// scheduler, with a wall clock the test moves by hand.
+
+#include "caf/test/dsl.hpp"
+
+#include "actors/node.hpp"
+#include "tests/common/fixture.hpp"
+
+namespace oncegate::test {
+
+struct node_fixture : test_coordinator_fixture<test_config> {
+  /// Survives a restart of the node within one test.
+  std::shared_ptr<temp_dir> dir = std::make_shared<temp_dir>();
+  /// The fake wall clock (ms), read by the alarm actor.
+  std::shared_ptr<int64_t> wall = std::make_shared<int64_t>(1'000'000);
+  node_options opts;
+  node n;
+
+  node_fixture() {
+    opts.data_dir = dir->path().string();
+    opts.detached_store = false;
+    opts.registry.key.idle_timeout = std::chrono::seconds(30);
+    // Alarms far out, so tests that do not look at them are not disturbed.
+    opts.alarm.max_interval = std::chrono::hours(1);
+    start();
+  }
+
+  ~node_fixture() {
+    n.shutdown();
+    sched.run();
+  }
+
+  void start() {
+    auto clock = wall;
+    auto res = start_node(sys, opts, [clock] { return *clock; });
+    CAF_REQUIRE(res);
+    n = std::move(*res);
+    sched.run();
+  }
+
+  /// Claims through the registry and runs the scheduler until answered.
+  caf::expected<claim_result> claim(const claim_request& req) {
+    auto slot = ask<claim_result>(sys, n.registries.front(), claim_atom::value,
+                                  req);
+    sched.run();
+    CAF_REQUIRE(*slot);
+    return std::move(**slot);
+  }
+
+  decision outcome(const claim_request& req) {
+    auto res = claim(req);
+    CAF_REQUIRE(res);
+    return res->outcome;
+  }
+
+  registry_stats registry() {
+    auto res = ask<registry_stats>(sys, n.registries.front(),
+                                   stats_atom::value);
+    sched.run();
+    CAF_REQUIRE(*res && **res);
+    return ***res;
+  }
+
+  persistence::store_stats store() {
+    auto res = ask<persistence::store_stats>(sys, n.store, stats_atom::value);
+    sched.run();
+    CAF_REQUIRE(*res && **res);
+    return ***res;
+  }
+};
+
+} // namespace oncegate::test

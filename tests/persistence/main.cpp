@@ -1,0 +1,2 @@
+#define CAF_SUITE persistence
+#include "caf/test/unit_test_impl.hpp"

@@ -1,0 +1,158 @@
+#define CAF_SUITE persistence.store_actor
+#include "caf/test/dsl.hpp"
+
+#include <sqlite3.h>
+
+#include "common/errc.hpp"
+#include "persistence/sqlite_store.hpp"
+#include "persistence/store_actor.hpp"
+#include "tests/common/fixture.hpp"
+
+using namespace oncegate;
+using namespace oncegate::persistence;
+using oncegate::test::ask;
+using oncegate::test::make_claim;
+using oncegate::test::reply_slot;
+
+namespace {
+
+struct fixture : test_coordinator_fixture<test::test_config> {
+  test::temp_dir dir;
+  std::shared_ptr<sqlite_store> db;
+  store_actor store;
+
+  fixture() {
+    store_options opts;
+    opts.path = dir.file("store.db");
+    auto res = sqlite_store::open(opts);
+    CAF_REQUIRE(res);
+    db = std::move(*res);
+    store = spawn_store(sys, db, store_actor_options{}, false);
+    sched.run();
+  }
+
+  ~fixture() {
+    anon_send_exit(store, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  store_stats stats() {
+    auto res = ask<store_stats>(sys, store, stats_atom::value);
+    sched.run();
+    CAF_REQUIRE(*res && **res);
+    return ***res;
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(store_actor_tests, fixture)
+
+CAF_TEST(claims that arrive together share one transaction) {
+  std::vector<reply_slot<claim_result>> replies;
+  for (int i = 0; i < 64; ++i)
+    replies.push_back(ask<claim_result>(sys, store, claim_atom::value,
+                                        make_claim("k" + std::to_string(i),
+                                                   1000)));
+  sched.run();
+  for (auto& r : replies) {
+    CAF_REQUIRE(*r && **r);
+    CAF_CHECK_EQUAL((**r)->outcome, decision::accepted);
+  }
+  auto st = stats();
+  CAF_CHECK_EQUAL(st.commits, 1u);
+  CAF_CHECK_EQUAL(st.max_batch, 64u);
+  CAF_CHECK_EQUAL(st.committed_ops, 64u);
+  CAF_CHECK_EQUAL(st.records, 64u);
+}
+
+CAF_TEST(a claim is acknowledged only after its transaction committed) {
+  auto reply = ask<claim_result>(sys, store, claim_atom::value,
+                                 make_claim("k1", 1000));
+  // The client's request reaches the store; the store queues it and sends
+  // itself a flush.
+  sched.run_once(); // client actor starts and sends
+  sched.run_once(); // store handles the claim
+  CAF_CHECK(!*reply);
+  // Nothing is visible to another connection before the commit.
+  auto committed_rows = [&] {
+    sqlite3* raw = nullptr;
+    sqlite3_open(dir.file("store.db").c_str(), &raw);
+    sqlite3_stmt* st = nullptr;
+    int n = -1;
+    if (sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM records", -1, &st,
+                           nullptr)
+          == SQLITE_OK
+        && sqlite3_step(st) == SQLITE_ROW)
+      n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+    return n;
+  };
+  CAF_CHECK_EQUAL(committed_rows(), 0);
+  sched.run_once(); // flush: commit, then deliver
+  CAF_CHECK_EQUAL(committed_rows(), 1);
+  sched.run();
+  CAF_REQUIRE(*reply && **reply);
+  CAF_CHECK_EQUAL((**reply)->outcome, decision::accepted);
+}
+
+CAF_TEST(a failed commit fails every claim of its batch) {
+  // Fill the file to its cap so the batch cannot be written.
+  {
+    sqlite3* raw = nullptr;
+    sqlite3_open(dir.file("store.db").c_str(), &raw);
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(raw, "PRAGMA page_count", -1, &st, nullptr);
+    int pages = 0;
+    if (sqlite3_step(st) == SQLITE_ROW)
+      pages = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+    CAF_REQUIRE(!db->limit_pages(static_cast<uint64_t>(pages)));
+  }
+  std::vector<reply_slot<claim_result>> replies;
+  for (int i = 0; i < 16; ++i)
+    replies.push_back(ask<claim_result>(
+      sys, store, claim_atom::value,
+      make_claim("k" + std::to_string(i), 1000, std::string(16000, 'x'))));
+  sched.run();
+  for (auto& r : replies) {
+    CAF_REQUIRE(*r);
+    CAF_REQUIRE(!**r);
+    auto code = errc_of((**r).error());
+    CAF_CHECK(code == errc::storage_failure || code == errc::commit_failed);
+  }
+  auto st = stats();
+  CAF_CHECK_EQUAL(st.failed_commits, 1u);
+  CAF_CHECK_EQUAL(st.records, 0u);
+}
+
+CAF_TEST(purges are answered with what is left) {
+  std::vector<reply_slot<claim_result>> replies;
+  for (int i = 0; i < 10; ++i)
+    replies.push_back(ask<claim_result>(
+      sys, store, claim_atom::value,
+      make_claim("k" + std::to_string(i), 0, "{}", 100 + i)));
+  sched.run();
+  auto res = ask<purge_result>(sys, store, purge_atom::value, int64_t{104},
+                               uint32_t{3});
+  sched.run();
+  CAF_REQUIRE(*res && **res);
+  CAF_CHECK_EQUAL((**res)->purged, 3u);
+  CAF_CHECK_EQUAL((**res)->next_due_ms, 103);
+}
+
+CAF_TEST(the store commits queued claims before it exits) {
+  auto reply = ask<claim_result>(sys, store, claim_atom::value,
+                                 make_claim("k1", 1000));
+  sched.run_once(); // client sends
+  sched.run_once(); // store queues
+  anon_send_exit(store, caf::exit_reason::user_shutdown);
+  sched.run();
+  CAF_REQUIRE(*reply && **reply);
+  CAF_CHECK_EQUAL((**reply)->outcome, decision::accepted);
+  CAF_CHECK_EQUAL(db->count(), 1u);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
