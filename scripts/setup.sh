@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages oncegate needs to build and test, and does
+# nothing when they are all present. Never installs libboost-dev (1.74): it
+# conflicts with Boost 1.81.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build make
+  libcaf-dev libsqlite3-dev sqlite3
+  libboost1.81-dev libboost-json1.81-dev
+  libspdlog-dev libssl-dev
+  python3 curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,129 @@
+"""Process-level test harness: runs the real `oncegate` binary on loopback.
+
+Nodes bind port 0 and report the bound port on stdout; every wait is a
+bounded poll on a condition, and every started process is reaped.
+"""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+BIN = os.environ.get("ONCEGATE_BIN", "build/tools/oncegate")
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 20.0
+
+
+class Node:
+    """One oncegate process with its own data directory."""
+
+    def __init__(self, data_dir, *extra_args):
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.port = None
+        self.log_path = os.path.join(data_dir, "node.log")
+
+    def start(self):
+        os.makedirs(self.data_dir, exist_ok=True)
+        log = open(self.log_path, "ab")
+        args = [BIN, "--http-port=0", "--data-dir=" + self.data_dir,
+                "--log-level=warn"] + self.extra_args
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE,
+                                     stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        # Read the ready line with a bound: a reader thread, joined with a
+        # timeout, so a hung start cannot hang the test.
+        line = {}
+
+        def read_ready():
+            line["text"] = self.proc.stdout.readline().decode()
+
+        reader = threading.Thread(target=read_ready, daemon=True)
+        reader.start()
+        reader.join(START_TIMEOUT)
+        text = line.get("text", "")
+        if not text.startswith("oncegate ready http="):
+            self.kill()
+            raise RuntimeError("node did not start: %r, log:\n%s"
+                               % (text, self.log()))
+        self.port = int(text.strip().rsplit(":", 1)[1])
+        return self
+
+    def log(self):
+        try:
+            with open(self.log_path, "r", errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self):
+        """SIGTERM, then wait; returns the exit code."""
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("node did not stop within %ss" % STOP_TIMEOUT)
+        finally:
+            self.proc.stdout.close()
+        self.proc = None
+        return code
+
+    def kill(self):
+        """SIGKILL: the crash case."""
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+        self.proc = None
+
+    def request(self, method, path, body=None, headers=None, timeout=10.0):
+        """Returns (status, headers dict with lower-case names, body bytes)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                          timeout=timeout)
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            hdrs = {"Content-Type": "application/json"}
+            hdrs.update(headers or {})
+            conn.request(method, path, body=body, headers=hdrs)
+            res = conn.getresponse()
+            data = res.read()
+            return (res.status,
+                    {k.lower(): v for k, v in res.getheaders()}, data)
+        finally:
+            conn.close()
+
+    def webhook(self, body, key=None, headers=None, timeout=10.0):
+        hdrs = dict(headers or {})
+        if key is not None:
+            hdrs["Idempotency-Key"] = key
+        return self.request("POST", "/v1/webhook", body, hdrs, timeout)
+
+
+class TempDir:
+    def __init__(self):
+        self.path = tempfile.mkdtemp(prefix="oncegate-proc-")
+
+    def cleanup(self):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def wait_for(predicate, timeout, interval=0.01):
+    """Polls `predicate` until it is true or `timeout` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
