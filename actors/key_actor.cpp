@@ -15,40 +15,17 @@ namespace oncegate {
 namespace {
 
 struct key_state {
-  key_parent registry;
   persistence::store_actor store;
   std::string route;
   std::string key;
-  std::string routing;
-  key_actor_options opts;
+  caf::timespan store_timeout;
   /// The committed record, when known. Empty: ask the store.
   std::optional<record> cached;
-  /// Requests handled that the registry routed here (claims and gets).
-  uint64_t handled = 0;
-  /// Time of the last request, on the actor clock.
-  caf::actor_clock::time_point last_active;
-  /// Generation of the armed idle timer; 0 = none armed. Timers cannot be
-  /// cancelled in CAF 0.17, so a stale one is recognised by its number.
-  uint64_t timer_gen = 0;
-  uint64_t next_gen = 1;
 
   static inline const char* name = "oncegate.key";
 };
 
 using key_pointer = key_actor::stateful_pointer<key_state>;
-
-// Keeps at most one idle timer pending: a pending delayed message pins the
-// actor's memory until it fires, so re-arming per request would keep every
-// passivated actor alive for the whole idle timeout of its last request.
-void touch(key_pointer self) {
-  auto& st = self->state;
-  st.last_active = self->clock().now();
-  if (st.timer_gen == 0) {
-    st.timer_gen = st.next_gen++;
-    self->delayed_send(self, st.opts.idle_timeout, idle_atom::value,
-                       st.timer_gen);
-  }
-}
 
 // Answers a claim from the cached record, when it is live at the claim's
 // own timestamp.
@@ -63,29 +40,24 @@ std::optional<claim_result> decide_cached(const key_state& st,
   return res;
 }
 
-key_actor::behavior_type key_impl(key_pointer self, key_parent registry,
+key_actor::behavior_type key_impl(key_pointer self,
                                   persistence::store_actor store,
                                   std::string route, std::string key,
-                                  std::string routing,
                                   key_actor_options opts) {
   auto& st = self->state;
-  st.registry = std::move(registry);
   st.store = std::move(store);
   st.route = std::move(route);
   st.key = std::move(key);
-  st.routing = std::move(routing);
-  st.opts = opts;
+  st.store_timeout = opts.store_timeout;
   return {
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
       auto& st = self->state;
-      ++st.handled;
-      touch(self);
       if (auto res = decide_cached(st, req))
         return std::move(*res);
       // `await` keeps every later request of this key in the mailbox until
       // the store answered: one decision at a time per key.
       auto rp = self->make_response_promise<claim_result>();
-      self->request(st.store, st.opts.store_timeout, claim_atom::value,
+      self->request(st.store, st.store_timeout, claim_atom::value,
                     std::move(req))
         .await(
           [self, rp](claim_result& res) mutable {
@@ -102,12 +74,10 @@ key_actor::behavior_type key_impl(key_pointer self, key_parent registry,
     },
     [self](get_atom) -> caf::result<lookup_result> {
       auto& st = self->state;
-      ++st.handled;
-      touch(self);
       if (st.cached)
         return lookup_result{true, *st.cached};
       auto rp = self->make_response_promise<lookup_result>();
-      self->request(st.store, st.opts.store_timeout, get_atom::value, st.route,
+      self->request(st.store, st.store_timeout, get_atom::value, st.route,
                     st.key)
         .await(
           [self, rp](lookup_result& res) mutable {
@@ -118,45 +88,21 @@ key_actor::behavior_type key_impl(key_pointer self, key_parent registry,
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
-    [self](idle_atom, uint64_t gen) {
-      auto& st = self->state;
-      if (gen != st.timer_gen)
-        return; // stale timer
-      st.timer_gen = 0;
-      auto idle_for = self->clock().now() - st.last_active;
-      if (idle_for < st.opts.idle_timeout) {
-        st.timer_gen = st.next_gen++;
-        self->delayed_send(self, st.opts.idle_timeout - idle_for,
-                           idle_atom::value, st.timer_gen);
-        return;
-      }
-      self->request(st.registry, caf::infinite, idle_atom::value, st.routing,
-                    st.handled)
-        .await(
-          [self](bool approved) {
-            if (approved) {
-              self->quit();
-              return;
-            }
-            touch(self); // requests are on their way: stay
-          },
-          [self](caf::error&) {
-            self->quit(); // the registry is gone
-          });
+    [self](idle_atom) {
+      // Every request routed before this message was handled (the registry
+      // sent them first, and each awaited its store answer).
+      self->quit();
     },
   };
 }
 
 } // namespace
 
-key_actor spawn_key_actor(caf::local_actor* parent, key_parent registry,
+key_actor spawn_key_actor(caf::local_actor* parent,
                           persistence::store_actor store, std::string route,
-                          std::string key, std::string routing,
-                          const key_actor_options& opts) {
-  return parent->spawn<caf::monitored>(key_impl, std::move(registry),
-                                       std::move(store), std::move(route),
-                                       std::move(key), std::move(routing),
-                                       opts);
+                          std::string key, const key_actor_options& opts) {
+  return parent->spawn<caf::monitored>(key_impl, std::move(store),
+                                       std::move(route), std::move(key), opts);
 }
 
 } // namespace oncegate

@@ -23,22 +23,21 @@ namespace oncegate {
 ///      │ claim: store decides (await) ──> cache = committed record
 ///      v
 ///   ready ── claim, live cached record ──> duplicate / mismatch, no I/O
-///      │ no request for idle_timeout
+///      │ idle (from the registry, behind every request it routed here)
 ///      v
-///   asks registry "idle(handled)" (await) ── yes ──> quit
-///                                          └─ no ───> ready
+///   quit
 /// ~~~
+///
+/// Key actors hold no timers: idleness is tracked by the registry, which
+/// costs one list splice per request instead of one clock entry per actor
+/// (a pending delayed message also pins its target's memory until it fires).
 using key_actor = caf::typed_actor<
   /// Claims the key; answered once the decision is durable.
   caf::replies_to<claim_atom, claim_request>::with<claim_result>,
   /// Reads the key's record.
   caf::replies_to<get_atom>::with<lookup_result>,
-  /// Idle check (sent by the actor to itself with a generation).
-  caf::reacts_to<idle_atom, uint64_t>>;
-
-/// What a key actor needs of its registry: permission to leave.
-using key_parent = caf::typed_actor<
-  caf::replies_to<idle_atom, std::string, uint64_t>::with<bool>>;
+  /// Leave memory: the registry routes nothing here any more.
+  caf::reacts_to<idle_atom>>;
 
 /// Options of key actors.
 struct key_actor_options {
@@ -49,10 +48,8 @@ struct key_actor_options {
 };
 
 /// Spawns the actor of `(route, key)` as a monitored child of `parent`.
-/// `routing` is the string `parent` indexes it by.
-key_actor spawn_key_actor(caf::local_actor* parent, key_parent registry,
+key_actor spawn_key_actor(caf::local_actor* parent,
                           persistence::store_actor store, std::string route,
-                          std::string key, std::string routing,
-                          const key_actor_options& opts);
+                          std::string key, const key_actor_options& opts);
 
 } // namespace oncegate

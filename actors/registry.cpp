@@ -1,5 +1,6 @@
 #include "actors/registry.hpp"
 
+#include <list>
 #include <unordered_map>
 #include <utility>
 
@@ -25,45 +26,91 @@ std::string routing_key(const std::string& route, const std::string& key) {
 
 namespace {
 
+struct child;
+using child_map = std::unordered_map<std::string, child>;
+/// Map nodes never move, so the list can point at them.
+using lru_list = std::list<child_map::value_type*>;
+
 struct child {
   key_actor hdl;
-  /// Requests routed to `hdl`; compared with its own count on passivation.
-  uint64_t routed = 0;
+  /// Position in the idle list; the back is the most recently routed.
+  lru_list::iterator pos;
+  caf::actor_clock::time_point last_routed;
 };
 
 struct registry_state {
   persistence::store_actor store;
   registry_options opts;
-  std::unordered_map<std::string, child> children;
+  child_map children;
+  lru_list lru;
   /// Which routing key a live actor serves, to forget it when it goes down.
   std::unordered_map<caf::actor_addr, std::string> by_addr;
+  bool sweep_armed = false;
   registry_stats stats;
 
   static inline const char* name = "oncegate.registry";
+
+  void forget(child_map::iterator i) {
+    lru.erase(i->second.pos);
+    children.erase(i);
+  }
 };
 
 using registry_pointer = registry_actor::stateful_pointer<registry_state>;
 
-// Returns the live actor of `(route, key)`, spawning it on a miss; null when
-// the shard is at its limit.
-child* find_or_spawn(registry_pointer self, const std::string& route,
-                     const std::string& key) {
+// The sweep runs every quarter idle timeout while actors are live (an actor
+// leaves between 1 and 1.25 idle timeouts after its last request), and not
+// at all when none are.
+void arm_sweep(registry_pointer self) {
   auto& st = self->state;
+  if (st.sweep_armed || st.children.empty())
+    return;
+  st.sweep_armed = true;
+  self->delayed_send(self, st.opts.key.idle_timeout / 4, idle_atom::value);
+}
+
+void sweep(registry_pointer self) {
+  auto& st = self->state;
+  st.sweep_armed = false;
+  auto now = self->clock().now();
+  while (!st.lru.empty()) {
+    auto entry = st.lru.front();
+    if (now - entry->second.last_routed < st.opts.key.idle_timeout)
+      break;
+    self->send(entry->second.hdl, idle_atom::value);
+    ++st.stats.passivated;
+    st.forget(st.children.find(entry->first));
+  }
+  arm_sweep(self);
+}
+
+// Returns the live actor of `(route, key)`, spawning it on a miss, and marks
+// it as just used; null when the shard is at its limit.
+child* route_to(registry_pointer self, const std::string& route,
+                const std::string& key) {
+  auto& st = self->state;
+  auto now = self->clock().now();
   auto routing = routing_key(route, key);
   auto i = st.children.find(routing);
-  if (i != st.children.end())
-    return &i->second;
+  if (i != st.children.end()) {
+    auto& c = i->second;
+    st.lru.splice(st.lru.end(), st.lru, c.pos);
+    c.last_routed = now;
+    return &c;
+  }
   if (st.children.size() >= st.opts.max_live_keys) {
     ++st.stats.rejected;
     return nullptr;
   }
-  key_parent parent = caf::actor_cast<key_parent>(self);
-  auto hdl = spawn_key_actor(self, std::move(parent), st.store, route, key,
-                             routing, st.opts.key);
+  auto hdl = spawn_key_actor(self, st.store, route, key, st.opts.key);
   st.by_addr.emplace(hdl.address(), routing);
   ++st.stats.spawned;
-  return &st.children.emplace(std::move(routing), child{std::move(hdl), 0})
-            .first->second;
+  auto& entry = *st.children.emplace(std::move(routing),
+                                     child{std::move(hdl), {}, now})
+                   .first;
+  entry.second.pos = st.lru.insert(st.lru.end(), &entry);
+  arm_sweep(self);
+  return &entry.second;
 }
 
 registry_actor::behavior_type
@@ -84,21 +131,23 @@ registry_impl(registry_pointer self, persistence::store_actor store,
     if (i == st.by_addr.end())
       return;
     auto j = st.children.find(i->second);
-    // A crashed actor leaves here; one that passivated was removed already.
-    if (j != st.children.end() && j->second.hdl.address() == msg.source)
-      st.children.erase(j);
+    // A crashed actor leaves here; one that was swept is gone already (and a
+    // successor under the same key must stay).
+    if (j != st.children.end() && j->second.hdl.address() == msg.source) {
+      log::actors()->warn("registry.child_down reason={}",
+                          self->system().render(msg.reason));
+      st.forget(j);
+    }
     st.by_addr.erase(i);
   });
   return {
-    [self](claim_atom, claim_request& req)
-      -> caf::delegated<claim_result> {
-      auto c = find_or_spawn(self, req.route, req.key);
+    [self](claim_atom, claim_request& req) -> caf::delegated<claim_result> {
+      auto c = route_to(self, req.route, req.key);
       if (!c) {
         auto rp = self->make_response_promise<claim_result>();
         rp.deliver(make_error(errc::overloaded, "too many live keys"));
         return {};
       }
-      ++c->routed;
       return self->delegate(c->hdl, claim_atom::value, std::move(req));
     },
     [self](get_atom, const std::string& route,
@@ -106,24 +155,12 @@ registry_impl(registry_pointer self, persistence::store_actor store,
       auto& st = self->state;
       auto i = st.children.find(routing_key(route, key));
       if (i == st.children.end()) {
-        // No live actor: all its writes committed, the store is current.
+        // No live actor: its writes all committed, the store is current.
         return self->delegate(st.store, get_atom::value, route, key);
       }
-      ++i->second.routed;
       return self->delegate(i->second.hdl, get_atom::value);
     },
-    [self](idle_atom, const std::string& routing, uint64_t handled) {
-      auto& st = self->state;
-      auto i = st.children.find(routing);
-      if (i == st.children.end()
-          || i->second.hdl.address() != self->current_sender())
-        return true; // not the live child: nothing routes to it any more
-      if (i->second.routed != handled)
-        return false; // requests are queued in its mailbox
-      st.children.erase(i);
-      ++st.stats.passivated;
-      return true;
-    },
+    [self](idle_atom) { sweep(self); },
     [self](stats_atom) {
       auto res = self->state.stats;
       res.live = self->state.children.size();

@@ -33,19 +33,22 @@ typename Inspector::result_type inspect(Inspector& f, registry_stats& x) {
 /// Routes `(route, key)` to its key actor: spawns one on a miss, lets idle
 /// ones go, and forgets those that terminate.
 ///
-/// Passivation is a hand-shake so that no request is lost and no second
-/// actor for a key can read the store before the first one's writes
-/// committed: the registry counts requests it routed to each actor, the
-/// actor reports how many it handled, and the registry lets it go only when
-/// both numbers match (nothing is in its mailbox), removing it from the map
-/// in the same step.
+/// Idleness is tracked here, not with a timer per key: live actors sit in a
+/// list ordered by their last routed request (one splice per request), and
+/// one sweep timer per shard takes those idle for `idle_timeout` off the
+/// front. A swept actor is removed from the map and sent `idle` in the same
+/// step, so the message queues behind every request routed to it: it answers
+/// them all, then quits. A later request spawns a fresh actor, which reads
+/// the store (cold start). Should that overlap with the old actor's last
+/// store request, the store's serial, conditional claims still grant at most
+/// one of them.
 using registry_actor = caf::typed_actor<
   /// Routes a claim to the key's actor (delegated: the actor answers).
   caf::replies_to<claim_atom, claim_request>::with<claim_result>,
   /// Routes a lookup to the key's actor, or to the store when none is live.
   caf::replies_to<get_atom, std::string, std::string>::with<lookup_result>,
-  /// A key actor asks to leave: `(routing key, requests handled)`.
-  caf::replies_to<idle_atom, std::string, uint64_t>::with<bool>,
+  /// The idle sweep (sent by the shard to itself).
+  caf::reacts_to<idle_atom>,
   /// Answers the counters.
   caf::replies_to<stats_atom>::with<registry_stats>>;
 

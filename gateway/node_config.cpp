@@ -1,6 +1,8 @@
 #include "gateway/node_config.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include <caf/atom.hpp>
 
@@ -18,9 +20,12 @@ std::chrono::milliseconds to_ms(caf::timespan x) {
 
 node_config::node_config() {
   register_types(*this);
-  // Measured on 2 vCPUs: request/response 15 us with the sharing
-  // scheduler vs 82 us with work stealing (docs/architecture.md).
+  // Measured on 2 vCPUs (docs/benchmarks/scheduler.md): the sharing
+  // scheduler with one thread per core has the best durable throughput and
+  // the lowest tails; CAF's default is work stealing with max(4, cores).
   set("scheduler.policy", caf::atom("sharing"));
+  set("scheduler.max-threads",
+      static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency())));
   opt_group{custom_options_, "global"}
     .add(http_host, "http-host", "address the HTTP listener binds")
     .add(http_port, "http-port", "HTTP port (0: any free port)")
@@ -71,6 +76,8 @@ std::string node_config::validate() const {
     return "keys.ttl must be positive";
   if (key_idle_timeout <= caf::timespan::zero())
     return "keys.idle-timeout must be positive";
+  if (store_timeout >= key_idle_timeout)
+    return "keys.store-timeout must be shorter than keys.idle-timeout";
   if (max_live_keys < 1)
     return "keys.max-live must be positive";
   if (registry_shards < 1 || registry_shards > 256)

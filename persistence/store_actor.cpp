@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/stateful_actor.hpp>
@@ -71,7 +72,8 @@ struct store_state {
     if (err) {
       ++stats.failed_commits;
       log::store()->error("store.commit_failed batch={} error={}",
-                          batch.size(), to_string(err));
+                          batch.size(),
+                          caf::actor_system_config::render(err));
       for (auto& op : batch)
         if (op.type == pending_op::kind::claim)
           op.claim_rp.deliver(err);
