@@ -58,7 +58,9 @@ node_config::node_config() {
     .add(max_pending, "max-pending",
          "operations waiting for a transaction at most (503 beyond)")
     .add(checkpoint_pages, "checkpoint-pages",
-         "WAL pages that trigger a background checkpoint");
+         "WAL pages that trigger a background checkpoint")
+    .add(max_pages, "max-pages",
+         "largest database in 4 KiB pages (0: unlimited; 503 beyond)");
   opt_group{custom_options_, "alarm"}
     .add(purge_chunk, "purge-chunk", "records deleted per purge transaction")
     .add(alarm_max_interval, "max-interval",
@@ -102,6 +104,7 @@ node_options node_config::node_opts() const {
   node_options res;
   res.data_dir = data_dir;
   res.store.checkpoint_pages = static_cast<uint32_t>(checkpoint_pages);
+  res.store.max_pages = max_pages;
   res.store_actor.max_batch = static_cast<uint32_t>(max_batch);
   res.store_actor.max_pending = static_cast<uint32_t>(max_pending);
   res.registry.max_live_keys = max_live_keys;

@@ -59,6 +59,7 @@ public:
   size_t max_batch = 1024;
   size_t max_pending = 65536;
   size_t checkpoint_pages = 4000;
+  size_t max_pages = 0;
 
   // [alarm]
   size_t purge_chunk = 1000;

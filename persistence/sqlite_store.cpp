@@ -357,6 +357,11 @@ sqlite_store::open(const store_options& opts) {
   }
   if (auto err = ptr->prepare_all())
     return err;
+  if (opts.max_pages > 0) {
+    auto sql = "PRAGMA max_page_count=" + std::to_string(opts.max_pages);
+    if (auto err = ptr->exec(sql.c_str()))
+      return err;
+  }
   // The checkpointer's own connection.
   sqlite3* ckpt_db = nullptr;
   if (sqlite3_open_v2(opts.path.c_str(), &ckpt_db, SQLITE_OPEN_READWRITE

@@ -20,6 +20,10 @@ struct store_options {
   uint32_t checkpoint_pages = 4000;
   /// How long a statement waits for a lock held by another connection.
   uint32_t busy_timeout_ms = 5000;
+  /// Largest database size in pages (4 KiB each); 0 = unlimited. Beyond it
+  /// writes fail with SQLITE_FULL exactly as on a full disk: claims are
+  /// answered 503 and nothing stored is harmed.
+  uint64_t max_pages = 0;
 };
 
 /// The durable record table in one SQLite file (WAL, `synchronous=FULL`).
