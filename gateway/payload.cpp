@@ -14,6 +14,7 @@
 #include <boost/json/basic_parser_impl.hpp>
 
 #include "common/sha256.hpp"
+#include "gateway/json_text.hpp"
 
 namespace oncegate::gateway {
 
@@ -41,46 +42,11 @@ bool is_digit(char c) {
 
 // -- strings ------------------------------------------------------------------
 
+// Canonical strings use the same minimal escaping as every JSON oncegate
+// writes (non-ASCII stays raw: the input is validated UTF-8, and escaping it
+// would give the same text two spellings again).
 void append_quoted(std::string& out, std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  out += '"';
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += hex[c >> 4];
-          out += hex[c & 0x0F];
-        } else {
-          // Non-ASCII stays raw: the input is validated UTF-8, and escaping
-          // it would only give the same text two spellings again.
-          out += ch;
-        }
-    }
-  }
-  out += '"';
+  append_json_string(out, s);
 }
 
 std::string quote_for_detail(std::string_view name) {
