@@ -72,6 +72,26 @@ key_actor::behavior_type key_impl(key_pointer self,
           });
       return rp;
     },
+    [self](update_atom, record_update& upd) {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<update_result>();
+      self->request(st.store, st.store_timeout, update_atom::value,
+                    std::move(upd))
+        .await(
+          [self, rp](update_result& res) mutable {
+            auto& cached = self->state.cached;
+            if (res.current.found)
+              cached = res.current.rec;
+            else
+              cached.reset();
+            rp.deliver(std::move(res));
+          },
+          [self, rp](caf::error& err) mutable {
+            self->state.cached.reset();
+            rp.deliver(std::move(err));
+          });
+      return rp;
+    },
     [self](get_atom) -> caf::result<lookup_result> {
       auto& st = self->state;
       if (st.cached)

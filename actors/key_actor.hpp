@@ -34,6 +34,8 @@ namespace oncegate {
 using key_actor = caf::typed_actor<
   /// Claims the key; answered once the decision is durable.
   caf::replies_to<claim_atom, claim_request>::with<claim_result>,
+  /// Changes the key's record; answered once the change is durable.
+  caf::replies_to<update_atom, record_update>::with<update_result>,
   /// Reads the key's record.
   caf::replies_to<get_atom>::with<lookup_result>,
   /// Leave memory: the registry routes nothing here any more.

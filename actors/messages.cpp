@@ -29,6 +29,9 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<claim_request>("oncegate.claim_request");
   cfg.add_message_type<claim_result>("oncegate.claim_result");
   cfg.add_message_type<lookup_result>("oncegate.lookup_result");
+  cfg.add_message_type<transition>("oncegate.transition");
+  cfg.add_message_type<record_update>("oncegate.record_update");
+  cfg.add_message_type<update_result>("oncegate.update_result");
   cfg.add_message_type<purge_result>("oncegate.purge_result");
   cfg.add_message_type<persistence::store_stats>("oncegate.store_stats");
   cfg.add_message_type<registry_stats>("oncegate.registry_stats");

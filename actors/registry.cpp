@@ -150,6 +150,15 @@ registry_impl(registry_pointer self, persistence::store_actor store,
       }
       return self->delegate(c->hdl, claim_atom::value, std::move(req));
     },
+    [self](update_atom, record_update& upd) -> caf::delegated<update_result> {
+      auto c = route_to(self, upd.route, upd.key);
+      if (!c) {
+        auto rp = self->make_response_promise<update_result>();
+        rp.deliver(make_error(errc::overloaded, "too many live keys"));
+        return {};
+      }
+      return self->delegate(c->hdl, update_atom::value, std::move(upd));
+    },
     [self](get_atom, const std::string& route,
            const std::string& key) -> caf::delegated<lookup_result> {
       auto& st = self->state;

@@ -8,6 +8,8 @@ namespace oncegate {
 
 /// Claim a key: decide new / duplicate / mismatch and make it durable.
 using claim_atom = caf::atom_constant<caf::atom("claim")>;
+/// Change a record's state (complete, release, in doubt).
+using update_atom = caf::atom_constant<caf::atom("update")>;
 /// Read a stored record.
 using get_atom = caf::atom_constant<caf::atom("get")>;
 /// Delete expired records (one bounded chunk).

@@ -28,6 +28,18 @@ const char* to_string(decision x) {
   return "unknown";
 }
 
+const char* to_string(transition x) {
+  switch (x) {
+    case transition::complete:
+      return "complete";
+    case transition::release:
+      return "release";
+    case transition::in_doubt:
+      return "in_doubt";
+  }
+  return "unknown";
+}
+
 record make_record(const claim_request& req) {
   record r;
   r.route = req.route;

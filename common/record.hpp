@@ -125,6 +125,50 @@ typename Inspector::result_type inspect(Inspector& f, lookup_result& x) {
   return f(caf::meta::type_name("lookup_result"), x.found, x.rec);
 }
 
+/// A state change of an existing record.
+enum class transition : uint8_t {
+  /// in_flight or in_doubt -> completed(status, response).
+  complete = 0,
+  /// Any state -> gone: the next claim executes again.
+  release = 1,
+  /// in_flight -> in_doubt: the upstream may have acted; never re-executed
+  /// automatically.
+  in_doubt = 2,
+};
+
+const char* to_string(transition x);
+
+/// Changes the record of `(route, key)`.
+struct record_update {
+  std::string route;
+  std::string key;
+  transition op = transition::complete;
+  /// The record instance meant (its `first_seen_ms`), so that an update for
+  /// an expired and re-claimed key cannot touch its successor; 0 = whatever
+  /// record is stored (operator actions).
+  int64_t first_seen_ms = 0;
+  /// For `complete`: the outcome to store.
+  uint16_t status = 0;
+  std::string response;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, record_update& x) {
+  return f(caf::meta::type_name("record_update"), x.route, x.key, x.op,
+           x.first_seen_ms, x.status, x.response);
+}
+
+/// Whether an update applied, and the record as it is afterwards.
+struct update_result {
+  bool applied = false;
+  lookup_result current;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, update_result& x) {
+  return f(caf::meta::type_name("update_result"), x.applied, x.current);
+}
+
 /// What one purge chunk did.
 struct purge_result {
   uint64_t purged = 0;

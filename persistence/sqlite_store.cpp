@@ -50,6 +50,9 @@ enum stmt_id : size_t {
   stmt_rollback,
   stmt_select_record,
   stmt_upsert_record,
+  stmt_complete,
+  stmt_mark_in_doubt,
+  stmt_release,
   stmt_purge,
   stmt_next_expiry,
   stmt_count,
@@ -74,6 +77,17 @@ const char* const statements[stmt_count_ids] = {
   "INSERT OR REPLACE INTO records(route, key, state, fingerprint,"
   "  first_seen_ms, expires_at_ms, status, response, signal)"
   "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+  // stmt_complete: from in_flight (0) or in_doubt (2) to completed (1).
+  "UPDATE records SET state = 1, status = ?3, response = ?4"
+  "  WHERE route = ?1 AND key = ?2 AND state IN (0, 2)"
+  "    AND (?5 = 0 OR first_seen_ms = ?5)",
+  // stmt_mark_in_doubt: from in_flight (0) to in_doubt (2).
+  "UPDATE records SET state = 2"
+  "  WHERE route = ?1 AND key = ?2 AND state = 0"
+  "    AND (?3 = 0 OR first_seen_ms = ?3)",
+  // stmt_release
+  "DELETE FROM records"
+  "  WHERE route = ?1 AND key = ?2 AND (?3 = 0 OR first_seen_ms = ?3)",
   // stmt_purge: oldest first through the expiry index, bounded.
   "DELETE FROM records WHERE rowid IN ("
   "  SELECT rowid FROM records WHERE expires_at_ms <= ?1"
@@ -456,6 +470,43 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
   bind_blob(st, 9, rec.signal);
   if (sqlite3_step(st) != SQLITE_DONE)
     return sqlite_error(db, "insert record");
+  return result;
+}
+
+caf::expected<update_result> sqlite_store::update(const record_update& upd) {
+  stmt_id id = stmt_complete;
+  switch (upd.op) {
+    case transition::complete:
+      id = stmt_complete;
+      break;
+    case transition::in_doubt:
+      id = stmt_mark_in_doubt;
+      break;
+    case transition::release:
+      id = stmt_release;
+      break;
+  }
+  {
+    auto st = impl_->stmts[id];
+    stmt_guard guard{st};
+    bind_text(st, 1, upd.route);
+    bind_text(st, 2, upd.key);
+    if (upd.op == transition::complete) {
+      sqlite3_bind_int(st, 3, upd.status);
+      bind_blob(st, 4, upd.response);
+      sqlite3_bind_int64(st, 5, upd.first_seen_ms);
+    } else {
+      sqlite3_bind_int64(st, 3, upd.first_seen_ms);
+    }
+    if (sqlite3_step(st) != SQLITE_DONE)
+      return sqlite_error(impl_->db, statements[id]);
+  }
+  update_result result;
+  result.applied = sqlite3_changes(impl_->db) > 0;
+  auto current = load(upd.route, upd.key);
+  if (!current)
+    return std::move(current.error());
+  result.current = std::move(*current);
   return result;
 }
 

@@ -63,6 +63,11 @@ public:
   /// `req` unless a record that is live at `req.now_ms` exists.
   caf::expected<claim_result> claim(const claim_request& req);
 
+  /// Applies a state change inside the open transaction. Not applied (and
+  /// nothing changed) when no record exists, the instance differs, or the
+  /// current state does not allow it.
+  caf::expected<update_result> update(const record_update& upd);
+
   /// Reads the record of `(route, key)`, live or not.
   caf::expected<lookup_result> load(const std::string& route,
                                     const std::string& key);

@@ -20,12 +20,28 @@ namespace {
 
 // One operation waiting for the next transaction.
 struct pending_op {
-  enum class kind { claim, purge } type;
+  enum class kind { claim, update, purge } type;
   claim_request claim;
+  record_update update;
   int64_t now_ms = 0;
   uint32_t limit = 0;
   caf::typed_response_promise<claim_result> claim_rp;
+  caf::typed_response_promise<update_result> update_rp;
   caf::typed_response_promise<purge_result> purge_rp;
+
+  void fail(const caf::error& err) {
+    switch (type) {
+      case kind::claim:
+        claim_rp.deliver(err);
+        break;
+      case kind::update:
+        update_rp.deliver(err);
+        break;
+      case kind::purge:
+        purge_rp.deliver(err);
+        break;
+    }
+  }
 };
 
 struct store_state {
@@ -50,19 +66,30 @@ struct store_state {
     std::move(pending.begin(), pending.begin() + n, std::back_inserter(batch));
     pending.erase(pending.begin(), pending.begin() + n);
     std::vector<claim_result> claims(batch.size());
+    std::vector<update_result> updates(batch.size());
     std::vector<uint64_t> purged(batch.size(), 0);
     auto err = db->begin();
     for (size_t i = 0; !err && i < batch.size(); ++i) {
       auto& op = batch[i];
-      if (op.type == pending_op::kind::claim) {
-        if (auto res = db->claim(op.claim))
-          claims[i] = std::move(*res);
-        else
-          err = std::move(res.error());
-      } else if (auto res = db->purge(op.now_ms, op.limit)) {
-        purged[i] = *res;
-      } else {
-        err = std::move(res.error());
+      switch (op.type) {
+        case pending_op::kind::claim:
+          if (auto res = db->claim(op.claim))
+            claims[i] = std::move(*res);
+          else
+            err = std::move(res.error());
+          break;
+        case pending_op::kind::update:
+          if (auto res = db->update(op.update))
+            updates[i] = std::move(*res);
+          else
+            err = std::move(res.error());
+          break;
+        case pending_op::kind::purge:
+          if (auto res = db->purge(op.now_ms, op.limit))
+            purged[i] = *res;
+          else
+            err = std::move(res.error());
+          break;
       }
     }
     if (err)
@@ -75,10 +102,7 @@ struct store_state {
                           batch.size(),
                           caf::actor_system_config::render(err));
       for (auto& op : batch)
-        if (op.type == pending_op::kind::claim)
-          op.claim_rp.deliver(err);
-        else
-          op.purge_rp.deliver(err);
+        op.fail(err);
       return;
     }
     ++stats.commits;
@@ -86,15 +110,22 @@ struct store_state {
     stats.max_batch = std::max<uint64_t>(stats.max_batch, batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       auto& op = batch[i];
-      if (op.type == pending_op::kind::claim) {
-        op.claim_rp.deliver(std::move(claims[i]));
-      } else {
-        stats.purged += purged[i];
-        purge_result res;
-        res.purged = purged[i];
-        if (auto next = db->next_expiry())
-          res.next_due_ms = *next;
-        op.purge_rp.deliver(res);
+      switch (op.type) {
+        case pending_op::kind::claim:
+          op.claim_rp.deliver(std::move(claims[i]));
+          break;
+        case pending_op::kind::update:
+          op.update_rp.deliver(std::move(updates[i]));
+          break;
+        case pending_op::kind::purge: {
+          stats.purged += purged[i];
+          purge_result res;
+          res.purged = purged[i];
+          if (auto next = db->next_expiry())
+            res.next_due_ms = *next;
+          op.purge_rp.deliver(res);
+          break;
+        }
       }
     }
   }
@@ -105,12 +136,11 @@ using store_pointer = store_actor::stateful_pointer<store_state>;
 // Queues `op`; the flush message goes behind everything already in the
 // mailbox, so all operations that arrived during the previous commit share
 // the next transaction.
-template <class Promise>
-bool enqueue(store_pointer self, pending_op&& op, Promise& rp) {
+void enqueue(store_pointer self, pending_op&& op) {
   auto& st = self->state;
   if (st.pending.size() >= st.opts.max_pending) {
-    rp.deliver(make_error(errc::overloaded, "store queue full"));
-    return false;
+    op.fail(make_error(errc::overloaded, "store queue full"));
+    return;
   }
   st.pending.emplace_back(std::move(op));
   if (st.pending.size() >= st.opts.max_batch) {
@@ -119,7 +149,6 @@ bool enqueue(store_pointer self, pending_op&& op, Promise& rp) {
     st.flush_scheduled = true;
     self->send(self, flush_atom::value);
   }
-  return true;
 }
 
 store_actor::behavior_type store_impl(store_pointer self,
@@ -136,9 +165,19 @@ store_actor::behavior_type store_impl(store_pointer self,
   });
   return {
     [self](claim_atom, claim_request& req) {
-      auto rp = self->make_response_promise<claim_result>();
-      pending_op op{pending_op::kind::claim, std::move(req), 0, 0, rp, {}};
-      enqueue(self, std::move(op), rp);
+      pending_op op{pending_op::kind::claim};
+      op.claim = std::move(req);
+      op.claim_rp = self->make_response_promise<claim_result>();
+      auto rp = op.claim_rp;
+      enqueue(self, std::move(op));
+      return rp;
+    },
+    [self](update_atom, record_update& upd) {
+      pending_op op{pending_op::kind::update};
+      op.update = std::move(upd);
+      op.update_rp = self->make_response_promise<update_result>();
+      auto rp = op.update_rp;
+      enqueue(self, std::move(op));
       return rp;
     },
     [self](get_atom, const std::string& route,
@@ -149,9 +188,12 @@ store_actor::behavior_type store_impl(store_pointer self,
       return std::move(*res);
     },
     [self](purge_atom, int64_t now_ms, uint32_t limit) {
-      auto rp = self->make_response_promise<purge_result>();
-      pending_op op{pending_op::kind::purge, {}, now_ms, limit, {}, rp};
-      enqueue(self, std::move(op), rp);
+      pending_op op{pending_op::kind::purge};
+      op.now_ms = now_ms;
+      op.limit = limit;
+      op.purge_rp = self->make_response_promise<purge_result>();
+      auto rp = op.purge_rp;
+      enqueue(self, std::move(op));
       return rp;
     },
     [self](next_atom) -> caf::result<int64_t> {

@@ -20,7 +20,7 @@ class sqlite_store;
 struct store_stats {
   uint64_t commits = 0;
   uint64_t failed_commits = 0;
-  /// Operations (claims and purges) made durable.
+  /// Operations (claims, updates and purges) made durable.
   uint64_t committed_ops = 0;
   uint64_t purged = 0;
   /// Largest batch committed in one transaction.
@@ -44,6 +44,8 @@ typename Inspector::result_type inspect(Inspector& f, store_stats& x) {
 using store_actor = caf::typed_actor<
   /// Decides and persists a claim; see `sqlite_store::claim`.
   caf::replies_to<claim_atom, claim_request>::with<claim_result>,
+  /// Changes a record's state; answered after the change committed.
+  caf::replies_to<update_atom, record_update>::with<update_result>,
   /// Reads the committed record of `(route, key)`.
   caf::replies_to<get_atom, std::string, std::string>::with<lookup_result>,
   /// Deletes up to `limit` records expired at `now_ms`; answers what is left.

@@ -152,6 +152,51 @@ CAF_TEST(a claim routed before the sweep keeps the actor alive) {
   CAF_CHECK_EQUAL(registry().passivated, 1u);
 }
 
+CAF_TEST(an in flight claim is completed through its key actor) {
+  auto req = make_claim("k1", 1000, "{}");
+  req.initial_state = record_state::in_flight;
+  auto first = claim(req);
+  CAF_REQUIRE(first);
+  CAF_CHECK_EQUAL(first->rec.state, record_state::in_flight);
+  // A duplicate while in flight sees the in-flight record.
+  auto dup = claim(make_claim("k1", 1001, "{}"));
+  CAF_REQUIRE(dup);
+  CAF_CHECK_EQUAL(dup->outcome, decision::duplicate);
+  CAF_CHECK_EQUAL(dup->rec.state, record_state::in_flight);
+  record_update upd;
+  upd.route = "default";
+  upd.key = "k1";
+  upd.op = transition::complete;
+  upd.first_seen_ms = 1000;
+  upd.status = 201;
+  upd.response = "created";
+  auto res = ask<update_result>(sys, n.registries.front(), update_atom::value,
+                                upd);
+  sched.run();
+  CAF_REQUIRE(*res && **res);
+  CAF_CHECK((**res)->applied);
+  // The cache follows: the next duplicate reports the stored outcome.
+  dup = claim(make_claim("k1", 1002, "{}"));
+  CAF_REQUIRE(dup);
+  CAF_CHECK_EQUAL(dup->rec.state, record_state::completed);
+  CAF_CHECK_EQUAL(dup->rec.status, 201);
+  CAF_CHECK_EQUAL(dup->rec.response, "created");
+}
+
+CAF_TEST(a released key executes again) {
+  CAF_CHECK_EQUAL(outcome(make_claim("k1", 1000)), decision::accepted);
+  record_update upd;
+  upd.route = "default";
+  upd.key = "k1";
+  upd.op = transition::release;
+  auto res = ask<update_result>(sys, n.registries.front(), update_atom::value,
+                                upd);
+  sched.run();
+  CAF_REQUIRE(*res && **res);
+  CAF_CHECK((**res)->applied);
+  CAF_CHECK_EQUAL(outcome(make_claim("k1", 1001)), decision::accepted);
+}
+
 CAF_TEST(a lookup finds the record with or without a live actor) {
   outcome(make_claim("k1", 1000, "{\"a\":1}"));
   auto live = ask<lookup_result>(sys, n.registries.front(), get_atom::value,

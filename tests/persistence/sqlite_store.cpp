@@ -141,6 +141,96 @@ CAF_TEST(purge deletes only expired records oldest first in bounded chunks) {
   CAF_CHECK(!gone->found);
 }
 
+namespace {
+
+record_update make_update(transition op, int64_t first_seen = 0,
+                          uint16_t status = 0, std::string response = {}) {
+  record_update upd;
+  upd.route = "default";
+  upd.key = "k1";
+  upd.op = op;
+  upd.first_seen_ms = first_seen;
+  upd.status = status;
+  upd.response = std::move(response);
+  return upd;
+}
+
+claim_request in_flight_claim(int64_t now) {
+  auto req = make_claim("k1", now);
+  req.initial_state = record_state::in_flight;
+  req.status = 0;
+  req.response.clear();
+  return req;
+}
+
+} // namespace
+
+CAF_TEST(an in flight record completes once with its outcome) {
+  auto db = open();
+  claim(*db, in_flight_claim(1000));
+  CAF_REQUIRE(!db->begin());
+  auto done = db->update(make_update(transition::complete, 1000, 201, "ok"));
+  auto again = db->update(make_update(transition::complete, 1000, 500, "x"));
+  CAF_REQUIRE(!db->commit());
+  CAF_REQUIRE(done && again);
+  CAF_CHECK(done->applied);
+  CAF_CHECK_EQUAL(done->current.rec.state, record_state::completed);
+  CAF_CHECK_EQUAL(done->current.rec.status, 201);
+  CAF_CHECK_EQUAL(done->current.rec.response, "ok");
+  // A completed record keeps its first outcome.
+  CAF_CHECK(!again->applied);
+  CAF_CHECK_EQUAL(again->current.rec.status, 201);
+}
+
+CAF_TEST(in doubt is reachable only from in flight and can be settled) {
+  auto db = open();
+  claim(*db, in_flight_claim(1000));
+  CAF_REQUIRE(!db->begin());
+  auto doubt = db->update(make_update(transition::in_doubt, 1000));
+  CAF_REQUIRE(doubt);
+  CAF_CHECK(doubt->applied);
+  CAF_CHECK_EQUAL(doubt->current.rec.state, record_state::in_doubt);
+  // An operator verified the upstream executed it: complete.
+  auto settled = db->update(make_update(transition::complete, 0, 200, "v"));
+  CAF_REQUIRE(settled);
+  CAF_CHECK(settled->applied);
+  auto twice = db->update(make_update(transition::in_doubt, 1000));
+  CAF_REQUIRE(twice);
+  CAF_CHECK(!twice->applied);
+  CAF_REQUIRE(!db->commit());
+}
+
+CAF_TEST(a release deletes the record so the key executes again) {
+  auto db = open();
+  claim(*db, in_flight_claim(1000));
+  CAF_REQUIRE(!db->begin());
+  auto rel = db->update(make_update(transition::release, 1000));
+  CAF_REQUIRE(!db->commit());
+  CAF_REQUIRE(rel);
+  CAF_CHECK(rel->applied);
+  CAF_CHECK(!rel->current.found);
+  CAF_CHECK_EQUAL(claim(*db, make_claim("k1", 2000)).outcome,
+                  decision::accepted);
+}
+
+CAF_TEST(an update for an older instance of the key changes nothing) {
+  auto db = open();
+  claim(*db, in_flight_claim(1000));
+  CAF_REQUIRE(!db->begin());
+  auto stale = db->update(make_update(transition::release, 999));
+  auto missing = db->update([] {
+    auto upd = make_update(transition::complete, 0, 200);
+    upd.key = "nope";
+    return upd;
+  }());
+  CAF_REQUIRE(!db->commit());
+  CAF_REQUIRE(stale && missing);
+  CAF_CHECK(!stale->applied);
+  CAF_CHECK(stale->current.found);
+  CAF_CHECK(!missing->applied);
+  CAF_CHECK(!missing->current.found);
+}
+
 CAF_TEST(next expiry of an empty store is minus one) {
   auto db = open();
   CAF_CHECK_EQUAL(db->next_expiry(), -1);

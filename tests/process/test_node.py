@@ -122,6 +122,41 @@ class NodeTest(unittest.TestCase):
         for k in keys:
             self.assertEqual(self.node.webhook({"n": k}, key=k)[0], 409, k)
 
+    def test_sigterm_under_load_keeps_every_answered_key(self):
+        acked = []
+        lock = threading.Lock()
+        stop = threading.Event()
+
+        def sender(n):
+            for i in range(100000):
+                if stop.is_set():
+                    return
+                key = "term-%d-%d" % (n, i)
+                try:
+                    status = self.node.webhook({"k": key}, key=key,
+                                               timeout=5)[0]
+                except OSError:
+                    return
+                if status == 200:
+                    with lock:
+                        acked.append(key)
+
+        threads = [threading.Thread(target=sender, args=(n,))
+                   for n in range(4)]
+        for t in threads:
+            t.start()
+        # Stop once some load went through (bounded wait on a condition).
+        from harness import wait_for
+        self.assertTrue(wait_for(lambda: len(acked) >= 50, 10))
+        self.assertEqual(self.node.stop(), 0)
+        stop.set()
+        for t in threads:
+            t.join(15)
+        self.node.start()
+        lost = [k for k in acked
+                if self.node.webhook({"k": k}, key=k)[0] != 409]
+        self.assertEqual(lost, [])
+
     def test_sigterm_exits_zero_after_answering(self):
         self.assertEqual(self.node.webhook(SIGNAL, key="x")[0], 200)
         self.assertEqual(self.node.stop(), 0)
