@@ -14,55 +14,113 @@ namespace oncegate::gateway {
 
 namespace {
 
-// A claim handed over by an asio thread. Local only: it carries a callback.
-struct claim_job {
-  claim_request req;
-  std::function<void(claim_reply)> done;
+// A unit of work handed over by an asio thread: runs inside the gateway
+// actor. Local only (it carries callbacks).
+struct gateway_job {
+  std::function<void(caf::event_based_actor*)> run;
 };
 
 } // namespace
 
 } // namespace oncegate::gateway
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(oncegate::gateway::claim_job)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(oncegate::gateway::gateway_job)
 
 namespace oncegate::gateway {
 
 namespace {
 
-caf::behavior gateway_impl(caf::event_based_actor* self, node n,
-                           gateway_actor_options opts) {
+template <class T>
+reply<T> failure(caf::actor_system& sys, const caf::error& err) {
+  reply<T> res;
+  res.error = errc_of(err);
+  if (err == caf::sec::request_timeout)
+    res.error = errc::timeout;
+  else if (res.error == errc::none)
+    res.error = errc::store_unavailable;
+  res.detail = sys.render(err);
+  return res;
+}
+
+// Requests `xs...` from `hdl` and maps the answer to a `reply<T>`.
+template <class T, class Handle, class... Ts>
+void ask(caf::event_based_actor* self, const Handle& hdl,
+         caf::timespan timeout, std::function<void(reply<T>)> done,
+         Ts&&... xs) {
+  self->request(hdl, timeout, std::forward<Ts>(xs)...)
+    .then(
+      [done](T& value) {
+        reply<T> res;
+        res.ok = true;
+        res.value = std::move(value);
+        done(std::move(res));
+      },
+      [self, done](caf::error& err) {
+        done(failure<T>(self->system(), err));
+      });
+}
+
+// Collects the counters of every actor; answers once all replied or failed.
+void gather_metrics(caf::event_based_actor* self, const node& n,
+                    caf::timespan timeout,
+                    std::function<void(node_metrics)> done) {
+  struct pending {
+    node_metrics result;
+    size_t open = 0;
+    std::function<void(node_metrics)> done;
+    void finish() {
+      if (--open == 0)
+        done(std::move(result));
+    }
+  };
+  auto st = std::make_shared<pending>();
+  st->done = std::move(done);
+  st->open = n.registries.size() + 2;
+  auto fail = [st](caf::error&) {
+    st->result.complete = false;
+    st->finish();
+  };
+  for (auto& shard : n.registries)
+    self->request(shard, timeout, stats_atom::value)
+      .then(
+        [st](const registry_stats& x) {
+          auto& r = st->result.registry;
+          r.live += x.live;
+          r.spawned += x.spawned;
+          r.passivated += x.passivated;
+          r.rejected += x.rejected;
+          st->finish();
+        },
+        fail);
+  self->request(n.store, timeout, stats_atom::value)
+    .then(
+      [st](persistence::store_stats& x) {
+        st->result.store = std::move(x);
+        st->finish();
+      },
+      fail);
+  self->request(n.alarm, timeout, stats_atom::value)
+    .then(
+      [st](const alarm_stats& x) {
+        st->result.alarm = x;
+        st->finish();
+      },
+      fail);
+}
+
+caf::behavior gateway_impl(caf::event_based_actor* self) {
   return {
-    [self, n, opts](claim_job& job) {
-      auto& shard = n.shard_for(job.req.route, job.req.key);
-      auto done = std::move(job.done);
-      self->request(shard, opts.claim_timeout, claim_atom::value,
-                    std::move(job.req))
-        .then(
-          [done](claim_result& res) {
-            claim_reply reply;
-            reply.ok = true;
-            reply.result = std::move(res);
-            done(std::move(reply));
-          },
-          [self, done](caf::error& err) {
-            claim_reply reply;
-            reply.error = errc_of(err);
-            if (err == caf::sec::request_timeout)
-              reply.error = errc::timeout;
-            reply.detail = self->system().render(err);
-            done(std::move(reply));
-          });
-    },
+    [self](gateway_job& job) { job.run(self); },
   };
 }
 
-class gateway_service : public claim_service {
+class gateway_service : public node_service {
 public:
   gateway_service(caf::actor_system& sys, const node& n,
-                  gateway_actor_options opts) {
+                  gateway_actor_options opts)
+    : node_(n), opts_(opts) {
     for (size_t i = 0; i < std::max<size_t>(opts.actors, 1); ++i)
-      actors_.push_back(sys.spawn(gateway_impl, n, opts));
+      actors_.push_back(sys.spawn(gateway_impl));
   }
 
   ~gateway_service() override {
@@ -71,19 +129,64 @@ public:
   }
 
   void claim(claim_request req,
-             std::function<void(claim_reply)> done) override {
-    auto i = next_.fetch_add(1, std::memory_order_relaxed) % actors_.size();
-    caf::anon_send(actors_[i], claim_job{std::move(req), std::move(done)});
+             std::function<void(reply<claim_result>)> done) override {
+    post([this, req = std::move(req),
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(req.route, req.key);
+      ask<claim_result>(self, shard, opts_.claim_timeout, std::move(done),
+                        claim_atom::value, std::move(req));
+    });
+  }
+
+  void update(record_update upd,
+              std::function<void(reply<update_result>)> done) override {
+    post([this, upd = std::move(upd),
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(upd.route, upd.key);
+      ask<update_result>(self, shard, opts_.claim_timeout, std::move(done),
+                         update_atom::value, std::move(upd));
+    });
+  }
+
+  void lookup(std::string route, std::string key,
+              std::function<void(reply<lookup_result>)> done) override {
+    post([this, route = std::move(route), key = std::move(key),
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(route, key);
+      ask<lookup_result>(self, shard, opts_.claim_timeout, std::move(done),
+                         get_atom::value, std::move(route), std::move(key));
+    });
+  }
+
+  void metrics(std::function<void(node_metrics)> done) override {
+    post([this, done = std::move(done)](caf::event_based_actor* self) {
+      gather_metrics(self, node_, opts_.probe_timeout, done);
+    });
+  }
+
+  void ready(std::function<void(bool, std::string)> done) override {
+    post([this, done = std::move(done)](caf::event_based_actor* self) {
+      self->request(node_.store, opts_.probe_timeout, next_atom::value)
+        .then([done](int64_t) { done(true, {}); },
+              [done](caf::error&) { done(false, "store not answering"); });
+    });
   }
 
 private:
+  void post(std::function<void(caf::event_based_actor*)> fn) {
+    auto i = next_.fetch_add(1, std::memory_order_relaxed) % actors_.size();
+    caf::anon_send(actors_[i], gateway_job{std::move(fn)});
+  }
+
+  node node_;
+  gateway_actor_options opts_;
   std::vector<caf::actor> actors_;
   std::atomic<size_t> next_{0};
 };
 
 } // namespace
 
-std::unique_ptr<claim_service>
+std::unique_ptr<node_service>
 make_gateway_service(caf::actor_system& sys, const node& n,
                      gateway_actor_options opts) {
   return std::make_unique<gateway_service>(sys, n, opts);

@@ -8,23 +8,25 @@
 #include <caf/timespan.hpp>
 
 #include "actors/node.hpp"
-#include "gateway/claim_service.hpp"
+#include "gateway/node_service.hpp"
 
 namespace oncegate::gateway {
 
 struct gateway_actor_options {
   /// Bound on a claim's round trip through the actors; then 503.
   caf::timespan claim_timeout = std::chrono::seconds(10);
+  /// Bound on gathering metrics and on the readiness probe.
+  caf::timespan probe_timeout = std::chrono::seconds(2);
   /// Gateway actors sharing the load (round robin).
   std::size_t actors = 1;
 };
 
 /// The bridge between asio threads and the actors. An asio thread hands a
-/// claim over with a fire-and-forget message (never blocking); a
-/// long-lived gateway actor requests the decision from the key's registry
-/// shard and calls the completion on its own thread, which posts the answer
+/// job over with a fire-and-forget message (never blocking); a long-lived
+/// gateway actor requests the answer from the key's registry shard (or the
+/// store) and calls the completion on its own thread, which posts the answer
 /// back onto the connection's strand.
-std::unique_ptr<claim_service>
+std::unique_ptr<node_service>
 make_gateway_service(caf::actor_system& sys, const node& n,
                      gateway_actor_options opts);
 

@@ -179,8 +179,10 @@ private:
     if (ec)
       return on_read_error(ec);
     auto& req = parser_->get();
-    if (auto len = parser_->content_length();
-        len && *len > srv_->opts.body_limit)
+    auto limit = std::min(srv_->opts.body_limit,
+                          srv_->handler.body_limit(req.target()));
+    parser_->body_limit(limit);
+    if (auto len = parser_->content_length(); len && *len > limit)
       return write(transport_problem(413, "Body too large",
                                      "request body exceeds the limit"));
     if (parser_->is_done())

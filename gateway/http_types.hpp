@@ -63,6 +63,12 @@ public:
 
   /// Handles `req` and eventually calls `done`. Must not block.
   virtual void handle(http_request req, responder done) = 0;
+
+  /// The largest body accepted for `target`, asked once its headers
+  /// arrived (the server's own limit still applies).
+  virtual std::size_t body_limit(std::string_view target) const {
+    return static_cast<std::size_t>(-1);
+  }
 };
 
 } // namespace oncegate::gateway

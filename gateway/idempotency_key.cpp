@@ -376,13 +376,22 @@ std::variant<std::string, rejection> derive_key(const payload& body) {
 }
 
 std::variant<idempotency_key, rejection>
-select_key(std::optional<std::string_view> header, const payload& body) {
+select_key(std::optional<std::string_view> header, const payload& body,
+           std::optional<std::string_view> delivery_id) {
   if (header) {
     auto parsed = parse_key_header(*header);
     if (auto why = std::get_if<rejection>(&parsed))
       return std::move(*why);
     return idempotency_key{std::move(std::get<std::string>(parsed)),
                            key_source::header};
+  }
+  if (delivery_id) {
+    // Signed by the sender: any printable ASCII id of 1-255 characters.
+    auto parsed = parse_key_header(*delivery_id);
+    if (auto why = std::get_if<rejection>(&parsed))
+      return std::move(*why);
+    return idempotency_key{std::move(std::get<std::string>(parsed)),
+                           key_source::webhook_id};
   }
   for (std::string_view name : {"idempotency_key", "trace_id", "id"}) {
     auto i = body.fields.find(name);

@@ -47,10 +47,13 @@ std::optional<int64_t> parse_timestamp_ms(const field& f);
 std::variant<std::string, rejection> derive_key(const payload& body);
 
 /// Picks the key by priority: the `Idempotency-Key` header (when `header`
-/// is set; a malformed one is a 400, never a fallback), then the first
-/// present string member of `idempotency_key`, `trace_id`, `id` (1-255
-/// bytes, else 400 `invalid-key`), then `derive_key`.
+/// is set; a malformed one is a 400, never a fallback), then the sender's
+/// signed delivery id (`webhook-id`, `X-GitHub-Delivery`; set by the caller
+/// only after the signature verified; same syntax as the header), then the
+/// first present string member of `idempotency_key`, `trace_id`, `id`
+/// (1-255 bytes, else 400 `invalid-key`), then `derive_key`.
 std::variant<idempotency_key, rejection>
-select_key(std::optional<std::string_view> header, const payload& body);
+select_key(std::optional<std::string_view> header, const payload& body,
+           std::optional<std::string_view> delivery_id = std::nullopt);
 
 } // namespace oncegate::gateway

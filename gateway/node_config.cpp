@@ -1,6 +1,7 @@
 #include "gateway/node_config.hpp"
 
 #include <algorithm>
+#include <fstream>
 #include <chrono>
 #include <thread>
 
@@ -61,6 +62,12 @@ node_config::node_config() {
          "WAL pages that trigger a background checkpoint")
     .add(max_pages, "max-pages",
          "largest database in 4 KiB pages (0: unlimited; 503 beyond)");
+  opt_group{custom_options_, "admin"}
+    .add(admin_token, "token",
+         "bearer token for /v1/keys (prefer token-env or token-file)")
+    .add(admin_token_env, "token-env",
+         "environment variable holding the admin token")
+    .add(admin_token_file, "token-file", "file holding the admin token");
   opt_group{custom_options_, "alarm"}
     .add(purge_chunk, "purge-chunk", "records deleted per purge transaction")
     .add(alarm_max_interval, "max-interval",
@@ -132,9 +139,41 @@ http_server_options node_config::http_opts() const {
   return res;
 }
 
-webhook_options node_config::webhook_opts() const {
+std::optional<webhook_options>
+node_config::webhook_opts(const env_lookup& env, std::string& error) const {
   webhook_options res;
-  res.ttl_ms = to_ms(ttl).count();
+  route_defaults defaults;
+  defaults.ttl_ms = to_ms(ttl).count();
+  defaults.body_limit = body_limit;
+  auto section = caf::get_if<caf::settings>(&content, "route");
+  auto routes = make_routes(section ? &*section : nullptr, defaults, env,
+                            error);
+  if (!routes)
+    return std::nullopt;
+  res.routes = std::move(*routes);
+  res.admin.token = admin_token;
+  if (!admin_token_env.empty()) {
+    auto val = env(admin_token_env);
+    if (!val || val->empty()) {
+      error = "admin.token-env: environment variable " + admin_token_env
+              + " is not set";
+      return std::nullopt;
+    }
+    res.admin.token = *val;
+  }
+  if (!admin_token_file.empty()) {
+    std::ifstream in{admin_token_file};
+    std::string tok;
+    if (!in || !std::getline(in, tok) || tok.empty()) {
+      error = "admin.token-file: cannot read a token from "
+              + admin_token_file;
+      return std::nullopt;
+    }
+    res.admin.token = tok;
+  }
+  res.admin.loopback_listener = http_host == "localhost"
+                                || http_host.rfind("127.", 0) == 0
+                                || http_host == "::1";
   return res;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <caf/actor_system_config.hpp>
@@ -7,6 +8,7 @@
 #include "actors/node.hpp"
 #include "gateway/gateway_actor.hpp"
 #include "gateway/http_server.hpp"
+#include "gateway/routes.hpp"
 #include "gateway/webhook_handler.hpp"
 
 namespace oncegate::gateway {
@@ -25,8 +27,13 @@ public:
 
   node_options node_opts() const;
   http_server_options http_opts() const;
-  webhook_options webhook_opts() const;
   gateway_actor_options gateway_opts() const;
+
+  /// Routes (`[route.NAME]` sections) and admin access; resolves secrets
+  /// from the environment and files. Nothing, with `error` naming the key,
+  /// when a route or secret is invalid.
+  std::optional<webhook_options> webhook_opts(const env_lookup& env,
+                                              std::string& error) const;
 
   // Top-level options.
   std::string http_host = "127.0.0.1";
@@ -60,6 +67,11 @@ public:
   size_t max_pending = 65536;
   size_t checkpoint_pages = 4000;
   size_t max_pages = 0;
+
+  // [admin]
+  std::string admin_token;
+  std::string admin_token_env;
+  std::string admin_token_file;
 
   // [alarm]
   size_t purge_chunk = 1000;

@@ -1,16 +1,21 @@
 #include "gateway/webhook_handler.hpp"
 
+#include <chrono>
 #include <utility>
 
 #include "common/logging.hpp"
+#include "common/sha256.hpp"
+#include "gateway/auth.hpp"
 #include "gateway/idempotency_key.hpp"
 #include "gateway/json_text.hpp"
+#include "gateway/url.hpp"
 
 namespace oncegate::gateway {
 
 namespace {
 
 constexpr std::string_view problem_base = "https://oncegate.dev/problems/";
+constexpr std::string_view keys_prefix = "/v1/keys/";
 
 bool printable_ascii(std::string_view str) {
   for (auto c : str)
@@ -26,13 +31,33 @@ void common_headers(http_response& res, const std::string& key) {
     res.set("Idempotency-Key", key);
 }
 
+http_response json_response(int status, std::string body) {
+  http_response res;
+  res.status = status;
+  res.set("Content-Type", "application/json");
+  res.set("Cache-Control", "no-store");
+  res.body = std::move(body);
+  return res;
+}
+
+http_response method_not_allowed(const char* allow) {
+  auto res = make_problem({405, "method-not-allowed", "Method not allowed",
+                           std::string{"allowed: "} + allow});
+  res.set("Allow", allow);
+  return res;
+}
+
+http_response not_found(std::string detail = "no such endpoint or route") {
+  return make_problem({404, "not-found", "Not found", std::move(detail)});
+}
+
 // Accepts JSON and TradingView's text/plain (a JSON body posted as text);
 // a missing Content-Type is read as JSON.
 bool acceptable_media_type(std::optional<std::string_view> value) {
   if (!value)
     return true;
   auto type = value->substr(0, value->find(';'));
-  while (!type.empty() && type.back() == ' ')
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t'))
     type.remove_suffix(1);
   std::string lower;
   for (auto c : type)
@@ -51,53 +76,92 @@ std::string accepted_body(const idempotency_key& key, int64_t now_ms) {
   return out;
 }
 
-http_response decision_response(const claim_reply& reply,
+rejection unavailable(errc error) {
+  return {503, "unavailable", "Service unavailable",
+          error == errc::overloaded
+            ? "node overloaded; nothing was executed; retry later"
+            : "no durable decision could be made; nothing was executed; "
+              "retry later"};
+}
+
+// Adds members to a problem body (which ends with `}`).
+void extend_problem(http_response& res, const std::string& members) {
+  res.body.pop_back();
+  res.body += members;
+  res.body += '}';
+}
+
+http_response duplicate_response(const route_config& route,
+                                 const record& rec,
                                  const idempotency_key& key) {
-  if (!reply.ok) {
-    rejection why{503, "unavailable", "Service unavailable",
-                  reply.error == errc::overloaded
-                    ? "node overloaded; retry later"
-                    : "no durable decision could be made; nothing was "
-                      "executed; retry later"};
-    auto res = make_problem(why, key.value);
-    res.set("Retry-After", "1");
-    return res;
-  }
-  auto& rec = reply.result.rec;
-  switch (reply.result.outcome) {
-    case decision::accepted:
-    case decision::renewed: {
-      http_response res;
-      res.status = rec.status;
-      res.set("Content-Type", "application/json");
-      common_headers(res, key.value);
-      res.body = rec.response;
-      return res;
-    }
-    case decision::duplicate: {
-      rejection why{409, "duplicate", "Duplicate request",
-                    "this idempotency key was already used; the original "
-                    "request was executed"};
-      auto res = make_problem(why, key.value);
-      // Insert the original's facts before the closing brace.
-      res.body.pop_back();
-      res.body += R"(,"first_seen":")";
-      res.body += format_timestamp(rec.first_seen_ms);
-      res.body += R"(","original_status":)";
-      res.body += std::to_string(rec.status);
-      res.body += R"(,"key_source":")";
-      res.body += to_string(key.source);
-      res.body += "\"}";
+  switch (rec.state) {
+    case record_state::in_flight: {
+      auto res = make_problem({409, "in-flight", "Request in flight",
+                               "the original request with this key is "
+                               "still being executed; retry later"},
+                              key.value);
+      res.set("Retry-After", "1");
       res.set("Idempotent-Replayed", "true");
       return res;
     }
-    case decision::mismatch:
+    case record_state::in_doubt: {
+      auto res = make_problem({409, "in-doubt", "Outcome in doubt",
+                               "the original request may have been executed; "
+                               "an operator must settle this key"},
+                              key.value);
+      res.set("Idempotent-Replayed", "true");
+      return res;
+    }
+    case record_state::completed:
       break;
   }
-  rejection why{422, "key-reused", "Idempotency key reused",
-                "this idempotency key was used with a different payload; "
-                "nothing was executed"};
-  return make_problem(why, key.value);
+  if (route.on_duplicate == duplicate_policy::replay) {
+    http_response res;
+    res.status = rec.status;
+    res.set("Content-Type", "application/json");
+    common_headers(res, key.value);
+    res.set("Idempotent-Replayed", "true");
+    res.body = rec.response;
+    return res;
+  }
+  auto res = make_problem({409, "duplicate", "Duplicate request",
+                           "this idempotency key was already used; the "
+                           "original request was executed"},
+                          key.value);
+  std::string extra = R"(,"first_seen":")";
+  extra += format_timestamp(rec.first_seen_ms);
+  extra += R"(","original_status":)";
+  extra += std::to_string(rec.status);
+  extra += R"(,"key_source":")";
+  extra += to_string(key.source);
+  extra += "\"";
+  extend_problem(res, extra);
+  res.set("Idempotent-Replayed", "true");
+  return res;
+}
+
+std::string record_json(const record& rec) {
+  std::string out = R"({"route":)";
+  append_json_string(out, rec.route);
+  out += R"(,"key":)";
+  append_json_string(out, rec.key);
+  out += R"(,"state":")";
+  out += to_string(rec.state);
+  out += R"(","first_seen":")";
+  out += format_timestamp(rec.first_seen_ms);
+  out += R"(","expires_at":")";
+  out += format_timestamp(rec.expires_at_ms);
+  out += R"(","fingerprint":")";
+  out += to_hex(rec.fingerprint);
+  out += "\"";
+  if (rec.state == record_state::completed) {
+    out += R"(,"status":)";
+    out += std::to_string(rec.status);
+    out += R"(,"response":)";
+    append_json_string(out, rec.response);
+  }
+  out += '}';
+  return out;
 }
 
 } // namespace
@@ -125,79 +189,278 @@ http_response make_problem(const rejection& why, const std::string& key) {
   return res;
 }
 
-webhook_handler::webhook_handler(webhook_options opts, claim_service& claims,
+webhook_handler::webhook_handler(webhook_options opts, node_service& node,
                                  wall_clock_fn now)
-  : opts_(std::move(opts)), claims_(claims), now_(std::move(now)) {
+  : opts_(std::move(opts)), node_(node), now_(std::move(now)), metrics_([&] {
+      std::vector<std::string> names;
+      for (auto& r : opts_.routes.routes)
+        names.push_back(r.name);
+      return names;
+    }()) {
   // nop
+}
+
+std::size_t webhook_handler::body_limit(std::string_view target) const {
+  auto path = target.substr(0, target.find('?'));
+  if (auto route = opts_.routes.by_path(path))
+    return route->body_limit;
+  return static_cast<std::size_t>(-1);
 }
 
 void webhook_handler::handle(http_request req, responder done) {
   auto path = req.path();
+  bool get = req.method == "GET" || req.method == "HEAD";
+  if (auto route = opts_.routes.by_path(path)) {
+    // Time every webhook from its complete arrival to its response.
+    auto start = std::chrono::steady_clock::now();
+    responder timed = [this, start, done = std::move(done)](http_response res) {
+      metrics_.observe_request(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
+      done(std::move(res));
+    };
+    return handle_webhook(*route, req, timed);
+  }
   if (path == "/healthz") {
-    if (req.method != "GET" && req.method != "HEAD") {
-      auto res = make_problem({405, "method-not-allowed", "Method not allowed",
-                               "use GET"});
-      res.set("Allow", "GET, HEAD");
-      return done(std::move(res));
-    }
-    http_response res;
-    res.set("Content-Type", "application/json");
-    res.set("Cache-Control", "no-store");
-    res.body = R"({"status":"ok"})";
-    return done(std::move(res));
+    if (!get)
+      return done(method_not_allowed("GET, HEAD"));
+    return done(json_response(200, R"({"status":"ok"})"));
   }
-  if (path == "/v1/webhook") {
-    if (req.method != "POST") {
-      auto res = make_problem({405, "method-not-allowed", "Method not allowed",
-                               "webhooks are POSTed"});
-      res.set("Allow", "POST");
-      return done(std::move(res));
-    }
-    return handle_webhook(req, done);
+  if (path == "/readyz") {
+    if (!get)
+      return done(method_not_allowed("GET, HEAD"));
+    return node_.ready([done = std::move(done)](bool ok, std::string why) {
+      if (ok)
+        return done(json_response(200, R"({"status":"ready"})"));
+      std::string body = R"({"status":"unavailable","reason":)";
+      append_json_string(body, why);
+      body += '}';
+      auto res = json_response(503, std::move(body));
+      res.set("Retry-After", "1");
+      done(std::move(res));
+    });
   }
-  done(make_problem({404, "not-found", "Not found",
-                     "no such endpoint or route"}));
+  if (path == "/metrics") {
+    if (!get)
+      return done(method_not_allowed("GET, HEAD"));
+    return node_.metrics([this, done = std::move(done)](node_metrics m) {
+      http_response res;
+      res.set("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+      res.set("Cache-Control", "no-store");
+      res.body = metrics_.render(m);
+      done(std::move(res));
+    });
+  }
+  if (path.substr(0, keys_prefix.size()) == keys_prefix)
+    return handle_admin(req, done);
+  if (path.substr(0, 11) == "/v1/webhook")
+    return done(not_found("no such route"));
+  done(not_found());
 }
 
-void webhook_handler::handle_webhook(http_request& req, responder& done) {
+void webhook_handler::handle_webhook(const route_config& route,
+                                     http_request& req, responder& done) {
+  auto idx = opts_.routes.index_of(route);
+  auto reject = [&](const rejection& why, outcome x,
+                    const std::string& key = {}) {
+    metrics_.count(idx, x);
+    log::gateway()->debug("[C{}][R{}] webhook.rejected route={} status={} "
+                          "type={}",
+                          req.conn_id, req.req_id, route.name, why.status,
+                          why.type);
+    auto res = make_problem(why, key);
+    if (why.status == 413)
+      res.close = true;
+    done(std::move(res));
+  };
+  if (!route.allow.empty() && !address_allowed(req.remote, route.allow))
+    return reject({403, "forbidden", "Forbidden",
+                   "source address not allowed on this route"},
+                  outcome::forbidden);
+  if (req.method != "POST") {
+    metrics_.count(idx, outcome::bad_request);
+    return done(method_not_allowed("POST"));
+  }
   if (!acceptable_media_type(req.header("content-type")))
-    return done(make_problem({415, "unsupported-media-type",
-                              "Unsupported media type",
-                              "send application/json or text/plain"}));
+    return reject({415, "unsupported-media-type", "Unsupported media type",
+                   "send application/json or text/plain"},
+                  outcome::bad_request);
+  if (req.body.size() > route.body_limit)
+    return reject({413, "body-too-large", "Body too large",
+                   "request body exceeds the route's limit"},
+                  outcome::bad_request);
+  auto now = now_();
+  // Signatures are checked on the raw body, before parsing it.
+  std::optional<std::string_view> delivery_id;
+  switch (route.auth) {
+    case auth_mode::github: {
+      auto sig = req.header("x-hub-signature-256");
+      if (!sig || !verify_github(*sig, req.body, route.secrets))
+        return reject({401, "unauthorized", "Unauthorized",
+                       sig ? "no valid signature"
+                           : "missing X-Hub-Signature-256"},
+                      outcome::rejected_auth);
+      delivery_id = req.header("x-github-delivery");
+      break;
+    }
+    case auth_mode::standard_webhooks: {
+      standard_webhook_headers hdrs{req.header("webhook-id"),
+                                    req.header("webhook-timestamp"),
+                                    req.header("webhook-signature")};
+      if (auto why = verify_standard_webhook(hdrs, req.body, route.secrets,
+                                             now / 1000, route.tolerance_s))
+        return reject(*why, outcome::rejected_auth);
+      delivery_id = hdrs.id;
+      break;
+    }
+    case auth_mode::none:
+    case auth_mode::token:
+      break;
+  }
   auto parsed = parse_payload(req.body, opts_.payload);
   if (auto why = std::get_if<rejection>(&parsed))
-    return done(make_problem(*why));
+    return reject(*why, outcome::bad_request);
   auto& body = std::get<payload>(parsed);
-  auto selected = select_key(req.header("idempotency-key"), body);
+  if (route.auth == auth_mode::token) {
+    std::optional<std::string> token = query_param(req.target, "token");
+    if (!token) {
+      auto i = body.fields.find("passphrase");
+      if (i != body.fields.end() && i->second.type == field::kind::string)
+        token = i->second.text;
+    }
+    bool ok = false;
+    for (auto& secret : route.secrets)
+      ok = (token && constant_time_equal(*token, secret)) || ok;
+    if (!ok)
+      return reject({401, "unauthorized", "Unauthorized",
+                     token ? "invalid token" : "missing token"},
+                    outcome::rejected_auth);
+  }
+  auto selected = select_key(req.header("idempotency-key"), body,
+                             delivery_id);
   if (auto why = std::get_if<rejection>(&selected))
-    return done(make_problem(*why));
+    return reject(*why, outcome::bad_request);
   auto key = std::get<idempotency_key>(std::move(selected));
-  auto now = now_();
   claim_request claim;
-  claim.route = opts_.default_route;
+  claim.route = route.name;
   claim.key = key.value;
   claim.fingerprint = std::move(body.fingerprint);
   claim.now_ms = now;
-  claim.ttl_ms = opts_.ttl_ms;
+  claim.ttl_ms = route.ttl_ms;
   claim.initial_state = record_state::completed;
   claim.status = 200;
   claim.response = accepted_body(key, now);
   claim.signal = std::move(req.body);
   log::gateway()->debug("[C{}][R{}] claim.submit route={} key_source={}",
-                        req.conn_id, req.req_id, claim.route,
+                        req.conn_id, req.req_id, route.name,
                         to_string(key.source));
-  claims_.claim(std::move(claim),
-                [done = std::move(done), key = std::move(key),
-                 conn = req.conn_id, rid = req.req_id](claim_reply reply) {
-                  auto res = decision_response(reply, key);
-                  log::gateway()->debug("[C{}][R{}] claim.{} status={}", conn,
-                                        rid,
-                                        reply.ok ? to_string(
-                                          reply.result.outcome)
-                                                 : "failed",
-                                        res.status);
-                  done(std::move(res));
-                });
+  node_.claim(
+    std::move(claim),
+    [this, idx, &route, done = std::move(done), key = std::move(key),
+     conn = req.conn_id, rid = req.req_id](reply<claim_result> rep) {
+      http_response res;
+      if (!rep.ok) {
+        metrics_.count(idx, outcome::unavailable);
+        res = make_problem(unavailable(rep.error), key.value);
+        res.set("Retry-After", "1");
+        log::gateway()->warn("[C{}][R{}] claim.failed route={} error={}",
+                             conn, rid, route.name, rep.detail);
+        return done(std::move(res));
+      }
+      auto& rec = rep.value.rec;
+      switch (rep.value.outcome) {
+        case decision::accepted:
+        case decision::renewed:
+          metrics_.count(idx, outcome::granted);
+          res.status = rec.status;
+          res.set("Content-Type", "application/json");
+          common_headers(res, key.value);
+          res.body = rec.response;
+          break;
+        case decision::duplicate:
+          metrics_.count(idx, outcome::duplicate);
+          res = duplicate_response(route, rec, key);
+          break;
+        case decision::mismatch:
+          metrics_.count(idx, outcome::mismatch);
+          res = make_problem({422, "key-reused", "Idempotency key reused",
+                              "this idempotency key was used with a "
+                              "different payload; nothing was executed"},
+                             key.value);
+          break;
+      }
+      log::gateway()->debug("[C{}][R{}] claim.{} route={} status={}", conn,
+                            rid, to_string(rep.value.outcome), route.name,
+                            res.status);
+      done(std::move(res));
+    });
+}
+
+void webhook_handler::handle_admin(http_request& req, responder& done) {
+  auto& admin = opts_.admin;
+  if (!admin.token.empty()) {
+    auto auth = req.header("authorization");
+    constexpr std::string_view bearer = "Bearer ";
+    if (!auth || auth->substr(0, bearer.size()) != bearer
+        || !constant_time_equal(auth->substr(bearer.size()), admin.token)) {
+      auto res = make_problem({401, "unauthorized", "Unauthorized",
+                               "admin endpoints need a valid bearer token"});
+      res.set("WWW-Authenticate", "Bearer");
+      return done(std::move(res));
+    }
+  } else if (!admin.loopback_listener) {
+    return done(make_problem({403, "forbidden", "Forbidden",
+                              "admin endpoints are off on a non-loopback "
+                              "listener without an admin token"}));
+  }
+  auto raw_key = req.path().substr(keys_prefix.size());
+  auto key = percent_decode(raw_key);
+  if (!key || key->empty() || key->size() > 255)
+    return done(make_problem({400, "invalid-key", "Invalid key",
+                              "the key in the path is empty, too long or "
+                              "badly escaped"}));
+  auto route_name = query_param(req.target, "route").value_or("default");
+  auto route = opts_.routes.by_name(route_name);
+  if (!route)
+    return done(not_found("no such route"));
+  if (req.method == "GET" || req.method == "HEAD") {
+    return node_.lookup(
+      route->name, *key,
+      [done = std::move(done), k = *key](reply<lookup_result> rep) {
+        if (!rep.ok) {
+          auto res = make_problem(unavailable(rep.error), k);
+          res.set("Retry-After", "1");
+          return done(std::move(res));
+        }
+        if (!rep.value.found)
+          return done(not_found("no record for this key"));
+        done(json_response(200, record_json(rep.value.rec)));
+      });
+  }
+  if (req.method == "DELETE") {
+    record_update upd;
+    upd.route = route->name;
+    upd.key = *key;
+    upd.op = transition::release;
+    log::gateway()->info("[C{}][R{}] admin.release route={}", req.conn_id,
+                         req.req_id, route->name);
+    return node_.update(
+      std::move(upd),
+      [done = std::move(done), k = *key](reply<update_result> rep) {
+        if (!rep.ok) {
+          auto res = make_problem(unavailable(rep.error), k);
+          res.set("Retry-After", "1");
+          return done(std::move(res));
+        }
+        if (!rep.value.applied)
+          return done(not_found("no record for this key"));
+        std::string body = R"({"released":true,"key":)";
+        append_json_string(body, k);
+        body += '}';
+        done(json_response(200, std::move(body)));
+      });
+  }
+  done(method_not_allowed("GET, HEAD, DELETE"));
 }
 
 } // namespace oncegate::gateway

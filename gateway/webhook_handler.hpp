@@ -1,41 +1,61 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "common/clock.hpp"
-#include "gateway/claim_service.hpp"
 #include "gateway/http_types.hpp"
+#include "gateway/metrics.hpp"
+#include "gateway/node_service.hpp"
 #include "gateway/payload.hpp"
 #include "gateway/rejection.hpp"
+#include "gateway/routes.hpp"
 
 namespace oncegate::gateway {
 
-/// Behaviour of the webhook endpoint.
-struct webhook_options {
-  /// Name of the route served at `/v1/webhook` (its key namespace).
-  std::string default_route = "default";
-  /// Lifetime of a record from its first request.
-  int64_t ttl_ms = 24LL * 3600 * 1000;
-  payload_limits payload;
+/// Who may use the admin endpoints (`/v1/keys/...`).
+struct admin_options {
+  /// Bearer token; empty: none configured.
+  std::string token;
+  /// Whether the listener is bound to a loopback address. Without a token,
+  /// admin endpoints answer only there.
+  bool loopback_listener = true;
 };
 
-/// Maps HTTP requests to claims and decisions to HTTP responses:
-/// `POST /v1/webhook`, `GET /healthz`. Pure request logic: no sockets, no
-/// actors (those sit behind `claim_service`), so it is tested directly.
+/// Behaviour of the HTTP endpoints.
+struct webhook_options {
+  route_table routes;
+  payload_limits payload;
+  admin_options admin;
+};
+
+/// Maps HTTP requests to node operations and answers to HTTP responses:
+/// webhooks (`/v1/webhook[/ROUTE]`), admin (`/v1/keys/KEY`), `/healthz`,
+/// `/readyz`, `/metrics`. Pure request logic: no sockets, no actors (those
+/// sit behind `node_service`), so it is tested directly.
 class webhook_handler : public request_handler {
 public:
-  webhook_handler(webhook_options opts, claim_service& claims,
+  webhook_handler(webhook_options opts, node_service& node,
                   wall_clock_fn now = wall_clock_ms);
 
   void handle(http_request req, responder done) override;
 
+  std::size_t body_limit(std::string_view target) const override;
+
+  const gateway_metrics& metrics() const {
+    return metrics_;
+  }
+
 private:
-  void handle_webhook(http_request& req, responder& done);
+  void handle_webhook(const route_config& route, http_request& req,
+                      responder& done);
+  void handle_admin(http_request& req, responder& done);
 
   webhook_options opts_;
-  claim_service& claims_;
+  node_service& node_;
   wall_clock_fn now_;
+  gateway_metrics metrics_;
 };
 
 /// Builds an `application/problem+json` response (RFC 9457).

@@ -1,5 +1,6 @@
 #include "persistence/store_actor.hpp"
 
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,7 @@ struct store_state {
     std::vector<claim_result> claims(batch.size());
     std::vector<update_result> updates(batch.size());
     std::vector<uint64_t> purged(batch.size(), 0);
+    auto started = std::chrono::steady_clock::now();
     auto err = db->begin();
     for (size_t i = 0; !err && i < batch.size(); ++i) {
       auto& op = batch[i];
@@ -106,6 +108,10 @@ struct store_state {
       return;
     }
     ++stats.commits;
+    stats.commit_seconds.observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+        .count());
+    stats.batch_size.observe(static_cast<double>(batch.size()));
     stats.committed_ops += batch.size();
     stats.max_batch = std::max<uint64_t>(stats.max_batch, batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -202,11 +208,12 @@ store_actor::behavior_type store_impl(store_pointer self,
         return std::move(res.error());
       return *res;
     },
-    [self](stats_atom) -> caf::result<store_stats> {
-      auto res = self->state.stats;
-      if (auto n = self->state.db->count())
-        res.records = *n;
-      return res;
+    [self](stats_atom) { return self->state.stats; },
+    [self](count_atom) -> caf::result<uint64_t> {
+      auto res = self->state.db->count();
+      if (!res)
+        return std::move(res.error());
+      return *res;
     },
     [self](flush_atom) { self->state.flush(); },
   };

@@ -10,6 +10,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "common/atoms.hpp"
+#include "common/histogram.hpp"
 #include "common/record.hpp"
 
 namespace oncegate::persistence {
@@ -25,13 +26,17 @@ struct store_stats {
   uint64_t purged = 0;
   /// Largest batch committed in one transaction.
   uint64_t max_batch = 0;
-  uint64_t records = 0;
+  /// Seconds from BEGIN to the end of COMMIT, per transaction.
+  histogram commit_seconds{histogram::latency_bounds()};
+  /// Operations per transaction.
+  histogram batch_size{histogram::size_bounds()};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, store_stats& x) {
   return f(caf::meta::type_name("store_stats"), x.commits, x.failed_commits,
-           x.committed_ops, x.purged, x.max_batch, x.records);
+           x.committed_ops, x.purged, x.max_batch, x.commit_seconds,
+           x.batch_size);
 }
 
 /// The store: the one place where decisions become durable.
@@ -54,6 +59,9 @@ using store_actor = caf::typed_actor<
   caf::replies_to<next_atom>::with<int64_t>,
   /// Answers the counters.
   caf::replies_to<stats_atom>::with<store_stats>,
+  /// Answers the number of stored records (a full count: not for hot
+  /// paths or frequent scrapes).
+  caf::replies_to<count_atom>::with<uint64_t>,
   /// Commits the open batch (sent by the actor to itself).
   caf::reacts_to<flush_atom>>;
 

@@ -35,6 +35,12 @@ int main(int argc, char** argv) {
     std::cerr << "oncegate: bad configuration: " << problem << '\n';
     return 2;
   }
+  std::string error;
+  auto web = cfg.webhook_opts(gateway::process_env, error);
+  if (!web) {
+    std::cerr << "oncegate: bad configuration: " << error << '\n';
+    return 2;
+  }
   log::init(cfg.log_level);
   caf::actor_system sys{cfg};
   auto n = start_node(sys, cfg.node_opts());
@@ -45,8 +51,7 @@ int main(int argc, char** argv) {
   auto exit_code = 0;
   {
     auto service = gateway::make_gateway_service(sys, *n, cfg.gateway_opts());
-    gateway::webhook_handler handler{cfg.webhook_opts(), *service};
-    std::string error;
+    gateway::webhook_handler handler{std::move(*web), *service};
     auto server = gateway::http_server::listen(cfg.http_opts(), handler,
                                                error);
     if (!server) {

@@ -41,7 +41,7 @@ CAF_TEST(the alarm purges expired records in bounded chunks) {
   start();
   fill(250, *wall, 10'000, "a");
   fill(20, *wall, 3'600'000, "b");
-  CAF_CHECK_EQUAL(store().records, 270u);
+  CAF_CHECK_EQUAL(records(), 270u);
   // The alarm armed itself for the earliest expiry (10 s from now).
   CAF_CHECK_EQUAL(alarm().next_due_ms, -1); // nothing was stored at start
   *wall += 10'000;
@@ -52,7 +52,7 @@ CAF_TEST(the alarm purges expired records in bounded chunks) {
   // Three chunks of at most 100, each its own transaction.
   CAF_CHECK(st.runs >= 4u);
   CAF_CHECK_EQUAL(st.next_due_ms, 1'000'000 + 3'600'000);
-  CAF_CHECK_EQUAL(store().records, 20u);
+  CAF_CHECK_EQUAL(records(), 20u);
 }
 
 CAF_TEST(the alarm sleeps until the next due record) {
@@ -81,7 +81,7 @@ CAF_TEST(past due records are purged right after a restart) {
   start();        // the alarm's first run purges at once
   sched.run();
   CAF_CHECK_EQUAL(alarm().purged, 30u);
-  CAF_CHECK_EQUAL(store().records, 0u);
+  CAF_CHECK_EQUAL(records(), 0u);
 }
 
 CAF_TEST(a stale alarm is harmless) {
@@ -90,7 +90,7 @@ CAF_TEST(a stale alarm is harmless) {
   anon_send(n.alarm, tick_atom::value, uint64_t{0});
   sched.run();
   CAF_CHECK_EQUAL(alarm().purged, 0u);
-  CAF_CHECK_EQUAL(store().records, 3u);
+  CAF_CHECK_EQUAL(records(), 3u);
 }
 
 CAF_TEST(expiry does not depend on the alarm) {

@@ -63,7 +63,7 @@ CAF_TEST(concurrent claims of many keys each grant exactly once) {
     granted += grants((**r)->outcome) ? 1 : 0;
   }
   CAF_CHECK_EQUAL(granted, 50);
-  CAF_CHECK_EQUAL(store().records, 50u);
+  CAF_CHECK_EQUAL(records(), 50u);
 }
 
 CAF_TEST(a record expires at its ttl and the key is granted again) {

@@ -63,6 +63,13 @@ struct node_fixture : test_coordinator_fixture<test_config> {
     return ***res;
   }
 
+  uint64_t records() {
+    auto res = ask<uint64_t>(sys, n.store, count_atom::value);
+    sched.run();
+    CAF_REQUIRE(*res && **res);
+    return ***res;
+  }
+
   persistence::store_stats store() {
     auto res = ask<persistence::store_stats>(sys, n.store, stats_atom::value);
     sched.run();

@@ -14,29 +14,56 @@ namespace {
 // Answers claims like a store that knows nothing but what it was told, and
 // records what reached it. The real actors are tested in actors.* and over
 // HTTP in process.*; this isolates the HTTP mapping.
-class scripted_claims : public claim_service {
+class scripted_node : public node_service {
 public:
   std::vector<claim_request> seen;
-  std::optional<claim_reply> next;
+  std::optional<reply<claim_result>> next;
 
   void claim(claim_request req,
-             std::function<void(claim_reply)> done) override {
+             std::function<void(reply<claim_result>)> done) override {
     seen.push_back(req);
     if (next) {
       done(*next);
       return;
     }
-    claim_reply reply;
-    reply.ok = true;
-    reply.result.outcome = decision::accepted;
-    reply.result.rec = make_record(req);
-    done(reply);
+    reply<claim_result> res;
+    res.ok = true;
+    res.value.outcome = decision::accepted;
+    res.value.rec = make_record(req);
+    done(res);
+  }
+
+  void update(record_update,
+              std::function<void(reply<update_result>)> done) override {
+    done({});
+  }
+
+  void lookup(std::string, std::string,
+              std::function<void(reply<lookup_result>)> done) override {
+    done({});
+  }
+
+  void metrics(std::function<void(node_metrics)> done) override {
+    done({});
+  }
+
+  void ready(std::function<void(bool, std::string)> done) override {
+    done(true, {});
   }
 };
 
+webhook_options default_options() {
+  webhook_options opts;
+  std::string error;
+  auto routes = make_routes(nullptr, route_defaults{}, process_env, error);
+  CAF_REQUIRE(routes);
+  opts.routes = std::move(*routes);
+  return opts;
+}
+
 struct fixture {
-  scripted_claims claims;
-  webhook_handler handler{webhook_options{}, claims,
+  scripted_node claims;
+  webhook_handler handler{default_options(), claims,
                           [] { return int64_t{1'700'000'000'000}; }};
 
   http_response send(std::string method, std::string target,
@@ -102,11 +129,12 @@ CAF_TEST(the header key wins over body fields) {
 }
 
 CAF_TEST(a duplicate answers 409 with first_seen and original_status) {
-  claim_reply dup;
+  reply<claim_result> dup;
   dup.ok = true;
-  dup.result.outcome = decision::duplicate;
-  dup.result.rec.first_seen_ms = 1'600'000'000'000;
-  dup.result.rec.status = 200;
+  dup.value.outcome = decision::duplicate;
+  dup.value.rec.state = record_state::completed;
+  dup.value.rec.first_seen_ms = 1'600'000'000'000;
+  dup.value.rec.status = 200;
   claims.next = dup;
   auto res = send("POST", "/v1/webhook", R"({"id":"abc"})");
   CAF_CHECK_EQUAL(res.status, 409);
@@ -120,9 +148,9 @@ CAF_TEST(a duplicate answers 409 with first_seen and original_status) {
 }
 
 CAF_TEST(a mismatch answers 422 key reused) {
-  claim_reply mis;
+  reply<claim_result> mis;
   mis.ok = true;
-  mis.result.outcome = decision::mismatch;
+  mis.value.outcome = decision::mismatch;
   claims.next = mis;
   auto res = send("POST", "/v1/webhook", R"({"id":"abc"})");
   CAF_CHECK_EQUAL(res.status, 422);
@@ -130,7 +158,7 @@ CAF_TEST(a mismatch answers 422 key reused) {
 }
 
 CAF_TEST(a failed decision answers 503 and never 200) {
-  claim_reply failed;
+  reply<claim_result> failed;
   failed.ok = false;
   failed.error = errc::commit_failed;
   claims.next = failed;
@@ -167,6 +195,7 @@ CAF_TEST(wrong methods and unknown paths) {
   CAF_CHECK_EQUAL(res.status, 405);
   CAF_CHECK_EQUAL(header(res, "Allow"), std::string{"POST"});
   CAF_CHECK_EQUAL(send("POST", "/v2/x", "{}").status, 404);
+  CAF_CHECK_EQUAL(send("POST", "/v1/webhook/nope", "{}").status, 404);
   CAF_CHECK_EQUAL(send("GET", "/healthz").status, 200);
   CAF_CHECK_EQUAL(send("GET", "/healthz?probe=1").status, 200);
   CAF_CHECK_EQUAL(send("DELETE", "/healthz").status, 405);
@@ -177,6 +206,17 @@ CAF_TEST(a non ascii body key is not echoed as a header) {
   CAF_CHECK_EQUAL(res.status, 200);
   CAF_CHECK(!header(res, "Idempotency-Key"));
   CAF_CHECK(contains(res.body, "caf\xc3\xa9"));
+}
+
+CAF_TEST(outcomes are counted per route) {
+  send("POST", "/v1/webhook", R"({"id":"abc"})");
+  send("POST", "/v1/webhook", "{");
+  auto& m = handler.metrics();
+  CAF_CHECK_EQUAL(m.value(0, outcome::granted), 1u);
+  CAF_CHECK_EQUAL(m.value(0, outcome::bad_request), 1u);
+  auto text = m.render(node_metrics{});
+  CAF_CHECK(contains(text, R"(oncegate_decisions_total{route="default",outcome="new"} 1)"));
+  CAF_CHECK(contains(text, "oncegate_request_duration_seconds_count 2"));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

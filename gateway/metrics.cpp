@@ -1,0 +1,179 @@
+#include "gateway/metrics.hpp"
+
+#include <cstdio>
+
+namespace oncegate::gateway {
+
+namespace {
+
+std::string number(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", x);
+  return buf;
+}
+
+void header(std::string& out, const char* name, const char* type,
+            const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+void sample(std::string& out, const char* name, uint64_t value) {
+  out += name;
+  out += ' ';
+  out += std::to_string(value);
+  out += '\n';
+}
+
+void metric(std::string& out, const char* name, const char* type,
+            const char* help, uint64_t value) {
+  header(out, name, type, help);
+  sample(out, name, value);
+}
+
+// Renders cumulative buckets from per-bucket counts.
+void render_histogram(std::string& out, const char* name, const char* help,
+                      const std::vector<double>& bounds,
+                      const std::vector<uint64_t>& counts, double sum,
+                      uint64_t count) {
+  header(out, name, "histogram", help);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += i < counts.size() ? counts[i] : 0;
+    out += name;
+    out += "_bucket{le=\"";
+    out += number(bounds[i]);
+    out += "\"} ";
+    out += std::to_string(cumulative);
+    out += '\n';
+  }
+  out += name;
+  out += "_bucket{le=\"+Inf\"} ";
+  out += std::to_string(count);
+  out += '\n';
+  out += name;
+  out += "_sum ";
+  out += number(sum);
+  out += '\n';
+  out += name;
+  out += "_count ";
+  out += std::to_string(count);
+  out += '\n';
+}
+
+} // namespace
+
+const char* to_string(outcome x) {
+  switch (x) {
+    case outcome::granted:
+      return "new";
+    case outcome::duplicate:
+      return "duplicate";
+    case outcome::mismatch:
+      return "mismatch";
+    case outcome::rejected_auth:
+      return "rejected_auth";
+    case outcome::forbidden:
+      return "forbidden";
+    case outcome::bad_request:
+      return "bad_request";
+    case outcome::unavailable:
+      return "unavailable";
+  }
+  return "unknown";
+}
+
+gateway_metrics::gateway_metrics(std::vector<std::string> route_names)
+  : routes_(std::move(route_names)),
+    counts_(new std::atomic<uint64_t>[routes_.size() * outcome_count]),
+    bounds_(histogram::latency_bounds()),
+    buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
+  for (size_t i = 0; i < routes_.size() * outcome_count; ++i)
+    counts_[i] = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i)
+    buckets_[i] = 0;
+}
+
+void gateway_metrics::count(std::size_t route, outcome x) {
+  counts_[route * outcome_count + static_cast<size_t>(x)].fetch_add(
+    1, std::memory_order_relaxed);
+}
+
+uint64_t gateway_metrics::value(std::size_t route, outcome x) const {
+  return counts_[route * outcome_count + static_cast<size_t>(x)].load();
+}
+
+void gateway_metrics::observe_request(double seconds) {
+  size_t i = 0;
+  while (i < bounds_.size() && seconds > bounds_[i])
+    ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  latency_count_.fetch_add(1, std::memory_order_relaxed);
+  latency_sum_ns_.fetch_add(static_cast<uint64_t>(seconds * 1e9),
+                            std::memory_order_relaxed);
+}
+
+std::string gateway_metrics::render(const node_metrics& node) const {
+  std::string out;
+  out.reserve(8192);
+  header(out, "oncegate_decisions_total", "counter",
+         "Webhook requests by route and outcome.");
+  for (size_t r = 0; r < routes_.size(); ++r)
+    for (size_t o = 0; o < outcome_count; ++o) {
+      out += "oncegate_decisions_total{route=\"";
+      out += routes_[r];
+      out += "\",outcome=\"";
+      out += to_string(static_cast<outcome>(o));
+      out += "\"} ";
+      out += std::to_string(counts_[r * outcome_count + o].load());
+      out += '\n';
+    }
+  std::vector<uint64_t> counts(bounds_.size() + 1);
+  for (size_t i = 0; i <= bounds_.size(); ++i)
+    counts[i] = buckets_[i].load();
+  render_histogram(out, "oncegate_request_duration_seconds",
+                   "Time from a complete webhook request to its response.",
+                   bounds_, counts, latency_sum_ns_.load() / 1e9,
+                   latency_count_.load());
+  metric(out, "oncegate_metrics_complete", "gauge",
+         "1 when every actor answered the last scrape in time.",
+         node.complete ? 1 : 0);
+  metric(out, "oncegate_live_key_actors", "gauge",
+         "Key actors in memory.", node.registry.live);
+  metric(out, "oncegate_key_actors_spawned_total", "counter",
+         "Key actors created (cold starts included).", node.registry.spawned);
+  metric(out, "oncegate_key_actors_passivated_total", "counter",
+         "Idle key actors that left memory.", node.registry.passivated);
+  metric(out, "oncegate_keys_rejected_total", "counter",
+         "Claims refused because the live key limit was reached.",
+         node.registry.rejected);
+  metric(out, "oncegate_store_commits_total", "counter",
+         "Store transactions committed.", node.store.commits);
+  metric(out, "oncegate_store_failed_commits_total", "counter",
+         "Store transactions that failed (their requests got 503).",
+         node.store.failed_commits);
+  metric(out, "oncegate_store_operations_total", "counter",
+         "Claims, updates and purges made durable.", node.store.committed_ops);
+  auto& cs = node.store.commit_seconds;
+  render_histogram(out, "oncegate_store_commit_duration_seconds",
+                   "Store transaction time, BEGIN to end of COMMIT (fsync).",
+                   cs.bounds, cs.counts, cs.sum, cs.count);
+  auto& bs = node.store.batch_size;
+  render_histogram(out, "oncegate_store_batch_size",
+                   "Operations per store transaction (group commit).",
+                   bs.bounds, bs.counts, bs.sum, bs.count);
+  metric(out, "oncegate_purged_records_total", "counter",
+         "Expired records deleted by the alarm.", node.alarm.purged);
+  metric(out, "oncegate_purge_runs_total", "counter",
+         "Purge chunks run by the alarm.", node.alarm.runs);
+  return out;
+}
+
+} // namespace oncegate::gateway

@@ -1,0 +1,19 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace oncegate::gateway {
+
+/// Decodes `%XX` escapes (and `+` as space when `plus_is_space`); nothing
+/// when an escape is malformed.
+std::optional<std::string> percent_decode(std::string_view in,
+                                          bool plus_is_space = false);
+
+/// Returns the decoded value of the first query parameter `name` in
+/// `target` (`/path?a=1&name=v`); nothing when absent or malformed.
+std::optional<std::string> query_param(std::string_view target,
+                                       std::string_view name);
+
+} // namespace oncegate::gateway

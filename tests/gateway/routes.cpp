@@ -1,0 +1,2 @@
+#define CAF_SUITE gateway.routes
+#include "caf/test/unit_test.hpp"
