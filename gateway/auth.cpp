@@ -102,7 +102,7 @@ timestamp_check check_timestamp(std::string_view text, int64_t now_s,
   if (text.empty() || text.size() > max_timestamp_digits)
     return timestamp_check::malformed;
   // Unsigned accumulation cannot overflow for 19 digits (< 10^19 < 2^64);
-  // values beyond INT64_MAX are then decades past any plausible clock.
+  // values beyond INT64_MAX lie far outside any tolerance, hence stale.
   uint64_t value = 0;
   for (auto c : text) {
     if (c < '0' || c > '9')

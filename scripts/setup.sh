@@ -9,7 +9,11 @@ packages=(
   libcaf-dev libsqlite3-dev sqlite3
   libboost1.81-dev libboost-json1.81-dev
   libspdlog-dev libssl-dev
-  python3 curl
+  python3 curl openssl
+  # fuzz targets (libFuzzer ships in clang's runtime package)
+  clang libclang-rt-14-dev
+  # `promtool check metrics` in the metrics test
+  prometheus
 )
 
 missing=()
@@ -18,6 +22,13 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+
+# Interop tests sign requests with the senders' own npm libraries. Node.js
+# may come from elsewhere than Debian (with its own npm): only install
+# Debian's when there is no npm at all.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
