@@ -42,9 +42,24 @@ caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
   auto db = persistence::sqlite_store::open(opts.store);
   if (!db)
     return std::move(db.error());
-  if (auto n = (*db)->count())
-    log::store()->info("store.opened path={} schema={} records={}",
-                       opts.store.path, (*db)->version(), *n);
+  // Records still in flight belonged to a process that died while
+  // forwarding them: the upstream may have acted, so they are in doubt now
+  // and never re-executed automatically.
+  {
+    auto& store = **db;
+    auto err = store.begin();
+    auto doubted = err ? caf::expected<uint64_t>{err} : store.doubt_in_flight();
+    if (!doubted) {
+      store.rollback();
+      return std::move(doubted.error());
+    }
+    if (auto err = store.commit())
+      return err;
+    if (*doubted > 0)
+      log::store()->warn("store.in_flight_to_in_doubt count={}", *doubted);
+  }
+  log::store()->info("store.opened path={} schema={}", opts.store.path,
+                     (*db)->version());
   node result;
   std::shared_ptr<persistence::sqlite_store> shared{std::move(*db)};
   result.store = persistence::spawn_store(sys, std::move(shared),

@@ -22,6 +22,8 @@ using idle_atom = caf::atom_constant<caf::atom("idle")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 /// Counters and gauges of an actor.
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
+/// List records in one state.
+using list_atom = caf::atom_constant<caf::atom("list")>;
 /// Number of stored records.
 using count_atom = caf::atom_constant<caf::atom("count")>;
 /// Earliest expiry in the store.

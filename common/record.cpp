@@ -49,6 +49,7 @@ record make_record(const claim_request& req) {
   r.first_seen_ms = req.now_ms;
   r.expires_at_ms = req.now_ms + req.ttl_ms;
   r.status = req.status;
+  r.headers = req.headers;
   r.response = req.response;
   r.signal = req.signal;
   return r;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <caf/meta/type_name.hpp>
 
@@ -56,8 +57,10 @@ struct record {
   /// Wall-clock milliseconds since the epoch.
   int64_t first_seen_ms = 0;
   int64_t expires_at_ms = 0;
-  /// Stored response status and body (meaningful when completed).
+  /// Stored response status, selected headers and body (meaningful when
+  /// completed). Headers are `Name: value` lines separated by `\n`.
   uint16_t status = 0;
+  std::string headers;
   std::string response;
   /// The request body as received.
   std::string signal;
@@ -67,7 +70,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, record& x) {
   return f(caf::meta::type_name("record"), x.route, x.key, x.state,
            x.fingerprint, x.first_seen_ms, x.expires_at_ms, x.status,
-           x.response, x.signal);
+           x.headers, x.response, x.signal);
 }
 
 /// Returns whether `x` is still live at wall-clock time `now_ms`.
@@ -88,6 +91,7 @@ struct claim_request {
   /// State, status and response of the record on success.
   record_state initial_state = record_state::completed;
   uint16_t status = 0;
+  std::string headers;
   std::string response;
   std::string signal;
 };
@@ -96,7 +100,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, claim_request& x) {
   return f(caf::meta::type_name("claim_request"), x.route, x.key,
            x.fingerprint, x.now_ms, x.ttl_ms, x.initial_state, x.status,
-           x.response, x.signal);
+           x.headers, x.response, x.signal);
 }
 
 /// Builds the record that a successful claim stores.
@@ -149,13 +153,14 @@ struct record_update {
   int64_t first_seen_ms = 0;
   /// For `complete`: the outcome to store.
   uint16_t status = 0;
+  std::string headers;
   std::string response;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, record_update& x) {
   return f(caf::meta::type_name("record_update"), x.route, x.key, x.op,
-           x.first_seen_ms, x.status, x.response);
+           x.first_seen_ms, x.status, x.headers, x.response);
 }
 
 /// Whether an update applied, and the record as it is afterwards.
@@ -167,6 +172,18 @@ struct update_result {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, update_result& x) {
   return f(caf::meta::type_name("update_result"), x.applied, x.current);
+}
+
+/// A page of records in one state (operators list in-doubt keys).
+struct record_page {
+  std::vector<record> records;
+  /// Key to continue after (empty: no more).
+  std::string next_after;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, record_page& x) {
+  return f(caf::meta::type_name("record_page"), x.records, x.next_after);
 }
 
 /// What one purge chunk did.

@@ -42,6 +42,8 @@ const char* reason_type(int status) {
       return "body-too-large";
     case 431:
       return "headers-too-large";
+    case 501:
+      return "not-implemented";
     case 503:
       return "unavailable";
     default:
@@ -107,6 +109,8 @@ public:
     : srv_(std::move(srv)),
       stream_(std::move(sock)),
       timer_(stream_.get_executor()),
+      // Headers plus one read's worth of body in flight at most.
+      buffer_(srv_->opts.header_limit + 64 * 1024),
       id_(id) {
     beast::error_code ec;
     auto ep = stream_.socket().remote_endpoint(ec);
@@ -185,6 +189,12 @@ private:
     if (auto len = parser_->content_length(); len && *len > limit)
       return write(transport_problem(413, "Body too large",
                                      "request body exceeds the limit"));
+    // Only plain chunked framing is understood; anything else (gzip, ...)
+    // would hand the handler bytes it cannot read.
+    if (auto te = req[http::field::transfer_encoding];
+        !te.empty() && !beast::iequals(te, "chunked"))
+      return write(transport_problem(501, "Not implemented",
+                                     "unsupported transfer coding"));
     if (parser_->is_done())
       return dispatch_request();
     phase_ = phase::body;
@@ -218,9 +228,16 @@ private:
     if (timed_out_)
       return write(transport_problem(408, "Request timeout",
                                      "request not received in time"));
-    if (ec == http::error::body_limit)
+    // The read buffer is capped too: chunk extensions and trailers do not
+    // count against the parser's body limit, and an endless one must not
+    // grow memory.
+    if (ec == http::error::body_limit
+        || (ec == http::error::buffer_overflow && phase_ == phase::body))
       return write(transport_problem(413, "Body too large",
                                      "request body exceeds the limit"));
+    if (ec == http::error::buffer_overflow)
+      return write(transport_problem(431, "Headers too large",
+                                     "request headers exceed the limit"));
     if (ec == http::error::header_limit)
       return write(transport_problem(431, "Headers too large",
                                      "request headers exceed the limit"));
@@ -302,10 +319,14 @@ private:
         break;
       case phase::header:
       case phase::body: {
-        // Abort the read; its handler answers 408.
+        // Abort the read; its handler answers 408. Cancelling alone is not
+        // enough: a client that keeps sending completes every read at once,
+        // so there is rarely a pending one to cancel. Shutting the receive
+        // side ends every further read, while the 408 can still be written.
         timed_out_ = true;
         beast::error_code ignored;
         stream_.socket().cancel(ignored);
+        stream_.socket().shutdown(tcp::socket::shutdown_receive, ignored);
         break;
       }
       case phase::handling:

@@ -33,6 +33,22 @@ struct http_request {
     return std::nullopt;
   }
 
+  /// Returns every field named `name` (lower case) as one value, the
+  /// lines joined with ", " as RFC 9110 combines repeated fields.
+  std::optional<std::string> combined_header(std::string_view name) const {
+    std::optional<std::string> result;
+    for (auto& [k, v] : headers) {
+      if (k != name)
+        continue;
+      if (result)
+        *result += ", ";
+      else
+        result.emplace();
+      *result += v;
+    }
+    return result;
+  }
+
   /// The target without its query.
   std::string_view path() const {
     std::string_view t{target};

@@ -336,8 +336,10 @@ void webhook_handler::handle_webhook(const route_config& route,
                      token ? "invalid token" : "missing token"},
                     outcome::rejected_auth);
   }
-  auto selected = select_key(req.header("idempotency-key"), body,
-                             delivery_id);
+  // Repeated Idempotency-Key lines combine into a list, which is not a
+  // valid key: refusing is safer than picking one.
+  auto key_header = req.combined_header("idempotency-key");
+  auto selected = select_key(key_header, body, delivery_id);
   if (auto why = std::get_if<rejection>(&selected))
     return reject(*why, outcome::bad_request);
   auto key = std::get<idempotency_key>(std::move(selected));
@@ -400,9 +402,18 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
   auto& admin = opts_.admin;
   if (!admin.token.empty()) {
     auto auth = req.header("authorization");
-    constexpr std::string_view bearer = "Bearer ";
-    if (!auth || auth->substr(0, bearer.size()) != bearer
-        || !constant_time_equal(auth->substr(bearer.size()), admin.token)) {
+    // The scheme name is case-insensitive (RFC 9110 11.1).
+    auto scheme_ok = [](std::string_view value) {
+      constexpr std::string_view bearer = "bearer ";
+      if (value.size() < bearer.size())
+        return false;
+      for (size_t i = 0; i < bearer.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(value[i])) != bearer[i])
+          return false;
+      return true;
+    };
+    if (!auth || !scheme_ok(*auth)
+        || !constant_time_equal(auth->substr(7), admin.token)) {
       auto res = make_problem({401, "unauthorized", "Unauthorized",
                                "admin endpoints need a valid bearer token"});
       res.set("WWW-Authenticate", "Bearer");

@@ -34,6 +34,11 @@ const char* const migrations[] = {
   "  signal BLOB NOT NULL,"
   "  PRIMARY KEY (route, key));"
   "CREATE INDEX records_by_expiry ON records(expires_at_ms);",
+  // 1 -> 2: stored response headers; a small index of unsettled records
+  // (in flight or in doubt) for recovery and operator listings.
+  "ALTER TABLE records ADD COLUMN headers BLOB NOT NULL DEFAULT x'';"
+  "CREATE INDEX records_unsettled ON records(route, state, key)"
+  "  WHERE state != 1;",
 };
 
 static_assert(std::size(migrations) == sqlite_store::schema_version);
@@ -53,6 +58,8 @@ enum stmt_id : size_t {
   stmt_complete,
   stmt_mark_in_doubt,
   stmt_release,
+  stmt_list_state,
+  stmt_doubt_in_flight,
   stmt_purge,
   stmt_next_expiry,
   stmt_count,
@@ -71,14 +78,14 @@ const char* const statements[stmt_count_ids] = {
   "ROLLBACK",
   // stmt_select_record
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
-  "       response, signal"
+  "       response, signal, headers"
   "  FROM records WHERE route = ?1 AND key = ?2",
   // stmt_upsert_record
   "INSERT OR REPLACE INTO records(route, key, state, fingerprint,"
-  "  first_seen_ms, expires_at_ms, status, response, signal)"
-  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+  "  first_seen_ms, expires_at_ms, status, response, signal, headers)"
+  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
   // stmt_complete: from in_flight (0) or in_doubt (2) to completed (1).
-  "UPDATE records SET state = 1, status = ?3, response = ?4"
+  "UPDATE records SET state = 1, status = ?3, response = ?4, headers = ?6"
   "  WHERE route = ?1 AND key = ?2 AND state IN (0, 2)"
   "    AND (?5 = 0 OR first_seen_ms = ?5)",
   // stmt_mark_in_doubt: from in_flight (0) to in_doubt (2).
@@ -88,6 +95,13 @@ const char* const statements[stmt_count_ids] = {
   // stmt_release
   "DELETE FROM records"
   "  WHERE route = ?1 AND key = ?2 AND (?3 = 0 OR first_seen_ms = ?3)",
+  // stmt_list_state: through the unsettled index (state != 1) or a scan.
+  "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
+  "       response, signal, headers, key"
+  "  FROM records WHERE route = ?1 AND state = ?2 AND key > ?3"
+  "  ORDER BY key LIMIT ?4",
+  // stmt_doubt_in_flight
+  "UPDATE records SET state = 2 WHERE state = 0",
   // stmt_purge: oldest first through the expiry index, bounded.
   "DELETE FROM records WHERE rowid IN ("
   "  SELECT rowid FROM records WHERE expires_at_ms <= ?1"
@@ -242,6 +256,7 @@ struct sqlite_store::impl {
     rec.status = static_cast<uint16_t>(sqlite3_column_int(st, 4));
     rec.response = column_blob(st, 5);
     rec.signal = column_blob(st, 6);
+    rec.headers = column_blob(st, 7);
     return rec;
   }
 
@@ -468,6 +483,7 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
   sqlite3_bind_int(st, 7, rec.status);
   bind_blob(st, 8, rec.response);
   bind_blob(st, 9, rec.signal);
+  bind_blob(st, 10, rec.headers);
   if (sqlite3_step(st) != SQLITE_DONE)
     return sqlite_error(db, "insert record");
   return result;
@@ -495,6 +511,7 @@ caf::expected<update_result> sqlite_store::update(const record_update& upd) {
       sqlite3_bind_int(st, 3, upd.status);
       bind_blob(st, 4, upd.response);
       sqlite3_bind_int64(st, 5, upd.first_seen_ms);
+      bind_blob(st, 6, upd.headers);
     } else {
       sqlite3_bind_int64(st, 3, upd.first_seen_ms);
     }
@@ -508,6 +525,39 @@ caf::expected<update_result> sqlite_store::update(const record_update& upd) {
     return std::move(current.error());
   result.current = std::move(*current);
   return result;
+}
+
+caf::expected<record_page> sqlite_store::list(const std::string& route,
+                                              record_state state,
+                                              const std::string& after,
+                                              uint32_t limit) {
+  auto st = impl_->stmts[stmt_list_state];
+  stmt_guard guard{st};
+  bind_text(st, 1, route);
+  sqlite3_bind_int(st, 2, static_cast<int>(state));
+  bind_text(st, 3, after);
+  sqlite3_bind_int64(st, 4, static_cast<int64_t>(limit) + 1);
+  record_page page;
+  for (;;) {
+    auto rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+      break;
+    if (rc != SQLITE_ROW)
+      return sqlite_error(impl_->db, "list records");
+    auto key = column_blob(st, 8);
+    if (page.records.size() == limit) {
+      page.next_after = page.records.back().key;
+      break;
+    }
+    page.records.push_back(impl::read_record(st, route, key));
+  }
+  return page;
+}
+
+caf::expected<uint64_t> sqlite_store::doubt_in_flight() {
+  if (auto err = impl_->step_done(stmt_doubt_in_flight))
+    return err;
+  return static_cast<uint64_t>(sqlite3_changes(impl_->db));
 }
 
 caf::expected<lookup_result> sqlite_store::load(const std::string& route,

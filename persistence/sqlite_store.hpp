@@ -37,7 +37,7 @@ struct store_options {
 class sqlite_store {
 public:
   /// The schema version this build writes.
-  static constexpr int schema_version = 1;
+  static constexpr int schema_version = 2;
 
   /// Opens (creating or migrating) the database. Fails with
   /// `errc::storage_failure` (SQLite's message as context) or
@@ -67,6 +67,16 @@ public:
   /// nothing changed) when no record exists, the instance differs, or the
   /// current state does not allow it.
   caf::expected<update_result> update(const record_update& upd);
+
+  /// Lists up to `limit` records of `route` in `state` with keys after
+  /// `after` (key order), for operators (in-doubt keys).
+  caf::expected<record_page> list(const std::string& route, record_state state,
+                                  const std::string& after, uint32_t limit);
+
+  /// Turns every in-flight record into in-doubt, inside the open
+  /// transaction. Run at start: a record still in flight then belonged to a
+  /// process that died while forwarding it, so the upstream may have acted.
+  caf::expected<uint64_t> doubt_in_flight();
 
   /// Reads the record of `(route, key)`, live or not.
   caf::expected<lookup_result> load(const std::string& route,

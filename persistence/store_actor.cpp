@@ -202,6 +202,14 @@ store_actor::behavior_type store_impl(store_pointer self,
       enqueue(self, std::move(op));
       return rp;
     },
+    [self](list_atom, const std::string& route, record_state state,
+           const std::string& after,
+           uint32_t limit) -> caf::result<record_page> {
+      auto res = self->state.db->list(route, state, after, limit);
+      if (!res)
+        return std::move(res.error());
+      return std::move(*res);
+    },
     [self](next_atom) -> caf::result<int64_t> {
       auto res = self->state.db->next_expiry();
       if (!res)

@@ -51,6 +51,9 @@ using store_actor = caf::typed_actor<
   caf::replies_to<claim_atom, claim_request>::with<claim_result>,
   /// Changes a record's state; answered after the change committed.
   caf::replies_to<update_atom, record_update>::with<update_result>,
+  /// Lists committed records of a route in one state, after a key.
+  caf::replies_to<list_atom, std::string, record_state, std::string,
+                  uint32_t>::with<record_page>,
   /// Reads the committed record of `(route, key)`.
   caf::replies_to<get_atom, std::string, std::string>::with<lookup_result>,
   /// Deletes up to `limit` records expired at `now_ms`; answers what is left.

@@ -1,0 +1,1150 @@
+"""The HTTP contract (team note http-contract.md), row by row, on the binary.
+
+One node serves every test in this module: its INI file configures a route
+for each behaviour (replay, token, github, standard-webhooks, allowlist,
+body limit) and an admin token. Tests use keys and symbols unique to the test,
+so they do not depend on each other or on their order.
+"""
+
+import base64
+import datetime
+import hashlib
+import hmac
+import http.client
+import json
+import math
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+import unittest
+import urllib.parse
+import uuid
+
+from harness import Node, TempDir, wait_for
+
+PROBLEM = "https://oncegate.dev/problems/"
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+TV_TOKEN_ENV = "ONCEGATE_CONTRACT_TV_TOKEN"
+TV_TOKEN = "tv-" + secrets.token_hex(16)
+GH_SECRET = "gh-" + secrets.token_hex(16)
+SW_KEY = secrets.token_bytes(24)
+SW_SECRET = "whsec_" + base64.b64encode(SW_KEY).decode()
+ADMIN_TOKEN = "admin-" + secrets.token_hex(16)
+SMALL_LIMIT = 1024
+# Short transport timeouts keep the 408 tests quick; every other request
+# sends its headers and body at once.
+SLOW_TIMEOUT_S = 2
+
+CONFIG = """\
+[route.replay]
+on-duplicate="replay"
+
+[route.alt]
+ttl=1h
+
+[route.tv]
+auth="token"
+secret-env="{tv_env}"
+ttl=72h
+allow=["127.0.0.1/32"]
+
+[route.gh]
+auth="github"
+secret="{gh}"
+
+[route.sw]
+auth="standard-webhooks"
+secret="{sw}"
+
+[route.deny]
+allow=["10.0.0.0/8"]
+
+[route.small]
+body-limit={small}
+
+[route.short]
+ttl=1s
+
+[http]
+header-timeout={slow}s
+body-timeout={slow}s
+
+[admin]
+token="{admin}"
+""".format(tv_env=TV_TOKEN_ENV, gh=GH_SECRET, sw=SW_SECRET,
+           small=SMALL_LIMIT, slow=SLOW_TIMEOUT_S, admin=ADMIN_TOKEN)
+
+# 1700000000 s = 2023-11-14T22:13:20Z.
+EPOCH_S = 1700000000
+EPOCH_MS = EPOCH_S * 1000
+
+NODE = None
+TMP = None
+
+
+def setUpModule():
+    global NODE, TMP
+    TMP = TempDir()
+    try:
+        config = os.path.join(TMP.path, "oncegate.ini")
+        with open(config, "w") as f:
+            f.write(CONFIG)
+        # The child copies the environment at spawn time; restore ours after.
+        saved = os.environ.get(TV_TOKEN_ENV)
+        os.environ[TV_TOKEN_ENV] = TV_TOKEN
+        try:
+            NODE = Node(os.path.join(TMP.path, "node"),
+                        "--config-file=" + config).start()
+        finally:
+            if saved is None:
+                del os.environ[TV_TOKEN_ENV]
+            else:
+                os.environ[TV_TOKEN_ENV] = saved
+    except BaseException:
+        TMP.cleanup()
+        raise
+
+
+def tearDownModule():
+    try:
+        if NODE is not None:
+            NODE.kill()
+    finally:
+        TMP.cleanup()
+
+
+def unique(prefix="k"):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:16])
+
+
+def derived_key(exchange, symbol, action, ms):
+    material = "v1|%s|%s|%s|%d" % (exchange, symbol, action, ms)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def canonical_fingerprint(doc):
+    """SHA-256 hex of the canonical form, for simple ASCII bodies."""
+    doc = {k: v for k, v in doc.items()
+           if k not in ("passphrase", "secret", "token")}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_time(text):
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc)
+
+
+def github_signature(secret, body):
+    return "sha256=" + hmac.new(secret.encode(), body,
+                                hashlib.sha256).hexdigest()
+
+
+def sw_signature(key, msg_id, timestamp, body):
+    content = ("%s.%s." % (msg_id, timestamp)).encode() + body
+    return "v1," + base64.b64encode(
+        hmac.new(key, content, hashlib.sha256).digest()).decode()
+
+
+def to_bytes(body):
+    if isinstance(body, (dict, list)):
+        return json.dumps(body).encode()
+    if isinstance(body, str):
+        return body.encode()
+    return body
+
+
+class Response:
+    def __init__(self, status, headers, raw):
+        self.status = status
+        self.headers = headers
+        self.raw = raw
+        self.doc = None
+
+    def __repr__(self):
+        return "HTTP %d %r %r" % (self.status, self.headers, self.raw)
+
+
+class ContractCase(unittest.TestCase):
+    maxDiff = None
+
+    # -- transport ------------------------------------------------------------
+
+    def send(self, method, path, body=None, headers=None,
+             content_type="application/json", timeout=10.0):
+        """Any request; the body of every response must be JSON."""
+        conn = http.client.HTTPConnection("127.0.0.1", NODE.port,
+                                          timeout=timeout)
+        try:
+            hdrs = {}
+            if content_type is not None:
+                hdrs["Content-Type"] = content_type
+            hdrs.update(headers or {})
+            data = None if body is None else to_bytes(body)
+            conn.request(method, path, body=data, headers=hdrs)
+            res = conn.getresponse()
+            raw = res.read()
+            out = Response(res.status,
+                           {k.lower(): v for k, v in res.getheaders()}, raw)
+        finally:
+            conn.close()
+        try:
+            out.doc = json.loads(raw)
+        except ValueError:
+            self.fail("response body is not JSON: %r" % (out,))
+        return out
+
+    def send_lines(self, method, path, header_lines, body=b""):
+        """Sends header lines as given (names may repeat)."""
+        conn = http.client.HTTPConnection("127.0.0.1", NODE.port,
+                                          timeout=10.0)
+        try:
+            conn.putrequest(method, path)
+            for name, value in header_lines:
+                conn.putheader(name, value)
+            conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            res = conn.getresponse()
+            raw = res.read()
+            out = Response(res.status,
+                           {k.lower(): v for k, v in res.getheaders()}, raw)
+        finally:
+            conn.close()
+        out.doc = json.loads(raw)
+        return out
+
+    def send_raw(self, parts, timeout=SLOW_TIMEOUT_S + 10):
+        """Writes `parts` on a fresh socket, then reads until the server
+        closes the connection (bounded by `timeout`). Fails if it does not
+        close."""
+        sock = socket.create_connection(("127.0.0.1", NODE.port),
+                                        timeout=timeout)
+        try:
+            for part in parts:
+                sock.sendall(part)
+            data = b""
+            deadline = time.monotonic() + timeout
+            while True:
+                sock.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
+                    chunk = sock.recv(65536)
+                except socket.timeout:
+                    self.fail("connection not closed within %ss; got %r"
+                              % (timeout, data))
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            sock.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        self.assertTrue(lines[0].startswith("HTTP/1.1 "), data)
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        out = Response(int(lines[0].split()[1]), headers, body)
+        self.assertEqual(len(body), int(headers["content-length"]), data)
+        out.doc = json.loads(body)
+        return out
+
+    def post(self, body, key=None, route=None, headers=None, query="",
+             **kw):
+        path = "/v1/webhook" + ("/" + route if route else "") + query
+        hdrs = dict(headers or {})
+        if key is not None:
+            hdrs["Idempotency-Key"] = key
+        return self.send("POST", path, body, hdrs, **kw)
+
+    def admin(self, method, key, route="default", token=ADMIN_TOKEN):
+        path = "/v1/keys/%s?route=%s" % (urllib.parse.quote(key, safe=""),
+                                         urllib.parse.quote(route, safe=""))
+        hdrs = {}
+        if token is not None:
+            hdrs["Authorization"] = "Bearer " + token
+        return self.send(method, path, headers=hdrs, content_type=None)
+
+    def post_github(self, body, delivery, secret=GH_SECRET, headers=None):
+        data = to_bytes(body)
+        hdrs = {"X-GitHub-Event": "push", "X-GitHub-Delivery": delivery,
+                "X-Hub-Signature-256": github_signature(secret, data)}
+        hdrs.update(headers or {})
+        return self.post(data, route="gh", headers=hdrs)
+
+    def post_sw(self, body, msg_id, timestamp=None, signature=None,
+                headers=None):
+        data = to_bytes(body)
+        if timestamp is None:
+            timestamp = int(time.time())
+        if signature is None:
+            signature = sw_signature(SW_KEY, msg_id, timestamp, data)
+        hdrs = {"webhook-id": msg_id, "webhook-timestamp": str(timestamp),
+                "webhook-signature": signature}
+        hdrs.update(headers or {})
+        return self.post(data, route="sw", headers=hdrs)
+
+    # -- assertions -----------------------------------------------------------
+
+    def assert_accepted(self, res, key=None, source=None):
+        self.assertEqual(res.status, 200, res)
+        self.assertEqual(res.headers.get("content-type"), "application/json",
+                         res)
+        self.assertEqual(res.headers.get("cache-control"), "no-store", res)
+        self.assertEqual(res.doc["status"], "accepted", res)
+        self.assertRegex(res.doc["received_at"], TIMESTAMP)
+        if key is not None:
+            self.assertEqual(res.doc["idempotency_key"], key, res)
+        if source is not None:
+            self.assertEqual(res.doc["key_source"], source, res)
+        return res.doc
+
+    def assert_problem(self, res, status, name):
+        self.assertEqual(res.status, status, res)
+        self.assertEqual(res.headers.get("content-type"),
+                         "application/problem+json", res)
+        self.assertEqual(res.headers.get("cache-control"), "no-store", res)
+        self.assertEqual(res.doc["type"], PROBLEM + name, res)
+        self.assertEqual(res.doc["status"], status, res)
+        self.assertIsInstance(res.doc["title"], str)
+        self.assertIsInstance(res.doc["detail"], str)
+        return res.doc
+
+    def assert_not_stored(self, key, route="default"):
+        res = self.admin("GET", key, route)
+        self.assert_problem(res, 404, "not-found")
+
+    def signal(self, **overrides):
+        """A TradingView-like signal with a symbol unique to the test."""
+        doc = {"exchange": "BINANCE", "symbol": unique("S").upper(),
+               "action": "buy", "timestamp": EPOCH_S}
+        doc.update(overrides)
+        return doc
+
+
+class AcceptedAndDuplicateTest(ContractCase):
+    def test_a_first_request_is_accepted_with_key_source_and_received_at(self):
+        key = unique()
+        before = datetime.datetime.now(datetime.timezone.utc)
+        res = self.post({"n": 1}, key=key)
+        doc = self.assert_accepted(res, key, "header")
+        self.assertEqual(set(doc), {"status", "idempotency_key", "key_source",
+                                    "received_at"})
+        received = parse_time(doc["received_at"])
+        self.assertLess(abs((received - before).total_seconds()), 60)
+
+    def test_an_accepted_response_echoes_the_key_and_is_not_cacheable(self):
+        key = unique()
+        res = self.post({"n": 1}, key=key)
+        self.assert_accepted(res)
+        self.assertEqual(res.headers.get("idempotency-key"), key)
+        self.assertEqual(res.headers.get("cache-control"), "no-store")
+        self.assertNotIn("idempotent-replayed", res.headers)
+
+    def test_a_duplicate_is_a_409_problem_with_first_seen_and_original_status(
+            self):
+        key = unique()
+        first = self.assert_accepted(self.post({"n": 1}, key=key))
+        res = self.post({"n": 1}, key=key)
+        doc = self.assert_problem(res, 409, "duplicate")
+        self.assertEqual(res.headers.get("idempotent-replayed"), "true")
+        self.assertEqual(res.headers.get("idempotency-key"), key)
+        self.assertEqual(doc["first_seen"], first["received_at"])
+        self.assertEqual(doc["original_status"], 200)
+        self.assertEqual(doc["idempotency_key"], key)
+
+    def test_a_replay_route_repeats_the_stored_status_and_body_byte_for_byte(
+            self):
+        key = unique()
+        first = self.post({"n": 1}, key=key, route="replay")
+        self.assert_accepted(first, key, "header")
+        self.assertNotIn("idempotent-replayed", first.headers)
+        again = self.post({"n": 1}, key=key, route="replay")
+        self.assertEqual(again.status, first.status, again)
+        self.assertEqual(again.raw, first.raw)
+        self.assertEqual(again.headers.get("idempotent-replayed"), "true")
+        self.assertEqual(again.headers.get("idempotency-key"), key)
+        self.assertEqual(again.headers.get("cache-control"), "no-store")
+        self.assertEqual(again.headers.get("content-type"),
+                         "application/json")
+
+    def test_a_reused_key_with_another_payload_is_422_and_changes_nothing(
+            self):
+        key = unique()
+        first = self.assert_accepted(self.post({"n": 1}, key=key))
+        before = self.admin("GET", key)
+        self.assertEqual(before.status, 200, before)
+        res = self.post({"n": 2}, key=key)
+        doc = self.assert_problem(res, 422, "key-reused")
+        self.assertEqual(doc["idempotency_key"], key)
+        after = self.admin("GET", key)
+        self.assertEqual(after.doc, before.doc)
+        self.assertEqual(after.doc["fingerprint"],
+                         canonical_fingerprint({"n": 1}))
+        dup = self.post({"n": 1}, key=key)
+        self.assertEqual(self.assert_problem(dup, 409, "duplicate")
+                         ["first_seen"], first["received_at"])
+
+    def test_a_body_without_any_key_source_is_422_naming_every_missing_field(
+            self):
+        res = self.post({"note": "no key here"})
+        doc = self.assert_problem(res, 422, "missing-fields")
+        for field in ("exchange", "symbol", "action", "timestamp"):
+            self.assertIn(field, doc["detail"])
+
+    def test_an_unparseable_timestamp_is_422_naming_only_that_field(self):
+        res = self.post(self.signal(timestamp="yesterday at noon"))
+        doc = self.assert_problem(res, 422, "missing-fields")
+        self.assertIn("timestamp", doc["detail"])
+        for field in ("exchange", "symbol", "action"):
+            self.assertNotIn(field, doc["detail"])
+
+
+class KeySourceTest(ContractCase):
+    def test_the_idempotency_key_header_beats_a_body_key(self):
+        key = unique()
+        res = self.post({"idempotency_key": unique(), "id": unique()},
+                        key=key)
+        self.assert_accepted(res, key, "header")
+
+    def test_the_idempotency_key_header_beats_the_webhook_id(self):
+        key, msg_id = unique(), unique("msg")
+        res = self.post_sw({"n": 1}, msg_id,
+                           headers={"Idempotency-Key": key})
+        self.assert_accepted(res, key, "header")
+
+    def test_the_webhook_id_beats_a_body_key(self):
+        msg_id = unique("msg")
+        res = self.post_sw({"idempotency_key": unique()}, msg_id)
+        self.assert_accepted(res, msg_id, "webhook-id")
+
+    def test_the_github_delivery_id_beats_a_body_key(self):
+        delivery = str(uuid.uuid4())
+        res = self.post_github({"idempotency_key": unique()}, delivery)
+        self.assert_accepted(res, delivery, "webhook-id")
+
+    def test_a_webhook_id_header_is_ignored_on_a_route_without_that_auth(
+            self):
+        key = unique()
+        res = self.post({"id": key}, headers={"webhook-id": unique("msg")})
+        self.assert_accepted(res, key, "body")
+
+    def test_a_github_delivery_header_is_ignored_on_a_route_without_that_auth(
+            self):
+        key = unique()
+        res = self.post({"id": key},
+                        headers={"X-GitHub-Delivery": str(uuid.uuid4())})
+        self.assert_accepted(res, key, "body")
+
+    def test_a_body_key_beats_derivation(self):
+        key = unique()
+        res = self.post(self.signal(id=key))
+        self.assert_accepted(res, key, "body")
+
+    def test_the_idempotency_key_member_beats_trace_id_and_id(self):
+        key = unique()
+        res = self.post({"id": unique(), "trace_id": unique(),
+                         "idempotency_key": key})
+        self.assert_accepted(res, key, "body")
+
+    def test_the_trace_id_member_beats_id(self):
+        key = unique()
+        res = self.post({"id": unique(), "trace_id": key})
+        self.assert_accepted(res, key, "body")
+
+    def test_a_non_string_id_is_skipped_and_the_key_is_derived(self):
+        sig = self.signal(id=42)
+        res = self.post(sig)
+        self.assert_accepted(
+            res, derived_key("BINANCE", sig["symbol"], "buy", EPOCH_MS),
+            "derived")
+
+    def test_a_non_string_id_is_skipped_in_favour_of_a_later_string_member(
+            self):
+        # idempotency_key is not a string: trace_id is the next candidate.
+        key = unique()
+        res = self.post({"idempotency_key": 7, "trace_id": key})
+        self.assert_accepted(res, key, "body")
+
+    def test_a_body_key_of_256_bytes_is_400_invalid_key(self):
+        key = "b" * 256
+        res = self.post({"id": key})
+        self.assert_problem(res, 400, "invalid-key")
+
+
+class KeyHeaderSyntaxTest(ContractCase):
+    def test_a_structured_field_string_key_has_its_escapes_decoded(self):
+        suffix = uuid.uuid4().hex[:12]
+        res = self.post({"n": 1}, key='"a\\"b\\\\c-%s"' % suffix)
+        self.assert_accepted(res, 'a"b\\c-' + suffix, "header")
+
+    def test_a_quoted_key_and_the_same_bare_token_are_one_key(self):
+        key = unique()
+        self.assert_accepted(self.post({"n": 1}, key='"%s"' % key), key)
+        res = self.post({"n": 1}, key=key)
+        self.assertEqual(self.assert_problem(res, 409, "duplicate")
+                         ["idempotency_key"], key)
+
+    def test_a_key_of_255_characters_is_accepted(self):
+        key = (unique() + "x" * 255)[:255]
+        self.assert_accepted(self.post({"n": 1}, key=key), key, "header")
+
+    def test_a_key_of_256_characters_is_400_invalid_key(self):
+        key = (unique() + "x" * 256)[:256]
+        self.assert_problem(self.post({"n": 1}, key=key), 400, "invalid-key")
+        self.assert_not_stored(key[:255])
+
+    def test_an_empty_key_is_400_invalid_key(self):
+        self.assert_problem(self.post({"n": 1}, key=""), 400, "invalid-key")
+
+    def test_an_empty_quoted_key_is_400_invalid_key(self):
+        self.assert_problem(self.post({"n": 1}, key='""'), 400,
+                            "invalid-key")
+
+    def test_a_non_ascii_key_is_400_invalid_key(self):
+        key = ("cl\u00e9-" + uuid.uuid4().hex).encode("utf-8")
+        self.assert_problem(self.post({"n": 1}, key=key), 400, "invalid-key")
+
+    def test_a_quoted_key_with_an_escape_other_than_quote_or_backslash_is_400(
+            self):
+        self.assert_problem(self.post({"n": 1}, key='"a\\nb"'), 400,
+                            "invalid-key")
+
+    def test_a_key_with_a_tab_inside_is_400_invalid_key(self):
+        self.assert_problem(self.post({"n": 1}, key="a\tb"), 400,
+                            "invalid-key")
+
+    def test_a_comma_separated_list_of_keys_is_400_invalid_key(self):
+        first, second = unique(), unique()
+        res = self.post({"n": 1}, key="%s, %s" % (first, second))
+        self.assert_problem(res, 400, "invalid-key")
+        self.assert_not_stored(first)
+
+    def test_repeated_idempotency_key_header_lines_are_400_invalid_key(self):
+        # Two field lines are one field whose value is the list "a, b"
+        # (RFC 9110 5.3), which is neither an SF string nor a bare token.
+        first, second = unique(), unique()
+        res = self.send_lines("POST", "/v1/webhook",
+                              [("Content-Type", "application/json"),
+                               ("Idempotency-Key", first),
+                               ("Idempotency-Key", second)], b'{"n":1}')
+        self.assert_problem(res, 400, "invalid-key")
+        self.assert_not_stored(first)
+        self.assert_not_stored(second)
+
+    def test_an_unquoted_key_with_a_space_is_400_invalid_key(self):
+        self.assert_problem(self.post({"n": 1}, key="two words"), 400,
+                            "invalid-key")
+
+
+class DerivedKeyTest(ContractCase):
+    def check_same_key(self, variant):
+        """`variant` alone yields the key of epoch seconds; after it, the
+        epoch-seconds form is the same key with another payload."""
+        sig = self.signal()
+        expected = derived_key("BINANCE", sig["symbol"], "buy", EPOCH_MS)
+        res = self.post(dict(sig, timestamp=variant))
+        self.assert_accepted(res, expected, "derived")
+        res = self.post(sig)
+        self.assertEqual(self.assert_problem(res, 422, "key-reused")
+                         ["idempotency_key"], expected)
+
+    def test_the_derived_key_is_the_sha256_of_the_normalised_fields(self):
+        sig = self.signal()
+        res = self.post(sig)
+        self.assert_accepted(
+            res, derived_key("BINANCE", sig["symbol"], "buy", EPOCH_MS),
+            "derived")
+        self.assertRegex(res.doc["idempotency_key"], HEX64)
+
+    def test_the_derived_key_trims_and_upper_cases_exchange_and_symbol(self):
+        sig = self.signal()
+        expected = derived_key("BINANCE", sig["symbol"], "buy", EPOCH_MS)
+        res = self.post(dict(sig, exchange="  binance\t",
+                             symbol=" %s " % sig["symbol"].lower()))
+        self.assert_accepted(res, expected, "derived")
+
+    def test_the_derived_key_trims_and_lower_cases_the_action(self):
+        sig = self.signal()
+        expected = derived_key("BINANCE", sig["symbol"], "buy", EPOCH_MS)
+        res = self.post(dict(sig, action=" BuY  "))
+        self.assert_accepted(res, expected, "derived")
+
+    def test_epoch_milliseconds_derive_the_same_key_as_epoch_seconds(self):
+        self.check_same_key(EPOCH_MS)
+
+    def test_a_numeric_string_timestamp_derives_the_same_key(self):
+        self.check_same_key(str(EPOCH_S))
+
+    def test_an_iso8601_timestamp_in_utc_derives_the_same_key(self):
+        self.check_same_key("2023-11-14T22:13:20Z")
+
+    def test_an_iso8601_timestamp_with_an_offset_derives_the_same_key(self):
+        self.check_same_key("2023-11-15T00:13:20+02:00")
+
+    def test_a_numeric_string_of_epoch_milliseconds_derives_the_same_key(
+            self):
+        self.check_same_key(str(EPOCH_MS))
+
+    def test_an_iso8601_timestamp_with_a_negative_offset_derives_the_same_key(
+            self):
+        self.check_same_key("2023-11-14T17:13:20-05:00")
+
+    def test_fractional_seconds_and_iso8601_milliseconds_derive_one_key(self):
+        sig = self.signal(timestamp="2023-11-14T22:13:20.250Z")
+        expected = derived_key("BINANCE", sig["symbol"], "buy",
+                               EPOCH_MS + 250)
+        self.assert_accepted(self.post(sig), expected, "derived")
+        res = self.post(dict(sig, timestamp=1700000000.25))
+        self.assertEqual(self.assert_problem(res, 422, "key-reused")
+                         ["idempotency_key"], expected)
+
+    def test_a_repeated_derived_signal_is_a_duplicate(self):
+        sig = self.signal()
+        self.assert_accepted(self.post(sig), source="derived")
+        self.assert_problem(self.post(sig), 409, "duplicate")
+
+
+class CanonicalisationTest(ContractCase):
+    def check_duplicate(self, first, second, route=None, query=""):
+        key = unique()
+        self.assert_accepted(self.post(first, key=key, route=route,
+                                       query=query), key)
+        res = self.post(second, key=key, route=route, query=query)
+        self.assert_problem(res, 409, "duplicate")
+
+    def test_member_order_does_not_change_the_fingerprint(self):
+        self.check_duplicate('{"a":1,"b":{"x":1,"y":2},"c":"z"}',
+                             '{"c":"z","b":{"y":2,"x":1},"a":1}')
+
+    def test_insignificant_whitespace_does_not_change_the_fingerprint(self):
+        self.check_duplicate('{"a":[1,2],"b":"c d"}',
+                             ' {\n  "a" : [ 1 ,\t2 ] ,\r\n  "b" : "c d" }\n')
+
+    def test_a_unicode_escape_equals_the_character_it_encodes(self):
+        self.check_duplicate('{"v":"\\u0042x","\\u006b":"\\u00e9"}',
+                             '{"v":"Bx","k":"\u00e9"}'.encode("utf-8"))
+
+    def test_one_point_zero_equals_one(self):
+        self.check_duplicate('{"qty":1.0,"px":2.50,"n":1e2}',
+                             '{"qty":1,"px":2.5,"n":100}')
+
+    def test_an_escaped_solidus_equals_a_plain_one(self):
+        self.check_duplicate('{"u":"a\\/b"}', '{"u":"a/b"}')
+
+    def test_a_surrogate_pair_escape_equals_the_raw_character(self):
+        self.check_duplicate('{"e":"\\ud83d\\ude00"}',
+                             '{"e":"\U0001F600"}'.encode("utf-8"))
+
+    def test_minus_zero_equals_zero(self):
+        self.check_duplicate('{"n":-0}', '{"n":0}')
+
+    def test_distinct_integers_beyond_2_to_the_53_stay_distinct(self):
+        key = unique()
+        self.assert_accepted(self.post('{"n":9007199254740993}', key=key))
+        self.assert_problem(self.post('{"n":9007199254740992}', key=key), 422,
+                            "key-reused")
+
+    def test_passphrase_secret_and_token_members_are_left_out(self):
+        self.check_duplicate(
+            {"n": 1, "passphrase": "p1", "secret": "s1", "token": "t1"},
+            {"n": 1, "passphrase": "p2", "secret": "s2"})
+
+    def test_a_body_passphrase_and_a_query_token_give_one_fingerprint(self):
+        key = unique()
+        res = self.post({"n": 1, "passphrase": TV_TOKEN}, key=key,
+                        route="tv")
+        self.assert_accepted(res, key, "header")
+        res = self.post({"n": 1}, key=key, route="tv",
+                        query="?token=" + urllib.parse.quote(TV_TOKEN))
+        self.assert_problem(res, 409, "duplicate")
+
+    def test_the_stored_fingerprint_is_the_sha256_of_the_canonical_body(self):
+        key = unique()
+        body = {"z": 1, "a": "x", "m": [1, 2], "secret": "drop me"}
+        self.assert_accepted(self.post(body, key=key), key)
+        res = self.admin("GET", key)
+        self.assertEqual(res.status, 200, res)
+        self.assertEqual(res.doc["fingerprint"], canonical_fingerprint(body))
+
+
+class BadRequestTest(ContractCase):
+    def check_400(self, body, name, **kw):
+        key = unique()
+        res = self.post(body, key=key, **kw)
+        doc = self.assert_problem(res, 400, name)
+        self.assert_not_stored(key)
+        return doc
+
+    def test_malformed_json_is_400_and_stores_nothing(self):
+        self.check_400('{"id": "x",', "malformed-json")
+
+    def test_a_malformed_body_does_not_burn_its_key(self):
+        key = unique()
+        self.assert_problem(self.post('{"n": 1', key=key), 400,
+                            "malformed-json")
+        self.assert_accepted(self.post({"n": 1}, key=key), key)
+
+    def test_invalid_utf8_bytes_are_400_invalid_utf8(self):
+        self.check_400(b'{"n":"\xff\xfe"}', "invalid-utf8")
+
+    def test_a_lone_surrogate_escape_is_400_invalid_utf8(self):
+        self.check_400('{"n":"\\ud800"}', "invalid-utf8")
+
+    def test_duplicate_member_names_are_400_duplicate_member(self):
+        self.check_400('{"a":1,"a":1}', "duplicate-member")
+
+    def test_duplicate_member_names_after_unescaping_are_400(self):
+        self.check_400('{"a":1,"\\u0061":2}', "duplicate-member")
+
+    def test_an_array_at_the_top_level_is_400_not_an_object(self):
+        self.check_400('[{"id":"x"}]', "not-an-object")
+
+    def test_duplicate_member_names_in_a_nested_object_are_400(self):
+        self.check_400('{"a":{"b":1,"b":2}}', "duplicate-member")
+
+    def test_a_string_at_the_top_level_is_400_not_an_object(self):
+        self.check_400('"just a string"', "not-an-object")
+
+    def test_trailing_data_after_the_object_is_400_malformed_json(self):
+        self.check_400('{"a":1} {"b":2}', "malformed-json")
+
+    def test_an_empty_body_is_400_malformed_json(self):
+        self.check_400(b"", "malformed-json")
+
+
+class MediaTypeMethodAndPathTest(ContractCase):
+    def test_a_form_body_is_415(self):
+        key = unique()
+        res = self.post("a=b", key=key,
+                        content_type="application/x-www-form-urlencoded")
+        self.assert_problem(res, 415, "unsupported-media-type")
+        self.assert_not_stored(key)
+
+    def test_an_xml_body_is_415(self):
+        res = self.post("<a/>", key=unique(), content_type="application/xml")
+        self.assert_problem(res, 415, "unsupported-media-type")
+
+    def test_text_plain_json_is_accepted(self):
+        key = unique()
+        res = self.post('{"n":1}', key=key, content_type="text/plain")
+        self.assert_accepted(res, key)
+
+    def test_json_with_a_charset_parameter_is_accepted(self):
+        key = unique()
+        res = self.post({"n": 1}, key=key,
+                        content_type="application/json; charset=utf-8")
+        self.assert_accepted(res, key)
+
+    def test_a_missing_content_type_is_read_as_json(self):
+        key = unique()
+        res = self.post({"n": 1}, key=key, content_type=None)
+        self.assert_accepted(res, key)
+
+    def test_the_media_type_is_matched_case_insensitively(self):
+        key = unique()
+        res = self.post({"n": 1}, key=key, content_type="Application/JSON")
+        self.assert_accepted(res, key)
+
+    def test_get_on_the_webhook_is_405_with_allow(self):
+        res = self.send("GET", "/v1/webhook", content_type=None)
+        self.assert_problem(res, 405, "method-not-allowed")
+        self.assertEqual(res.headers.get("allow"), "POST")
+
+    def test_put_on_a_named_route_is_405_with_allow(self):
+        res = self.send("PUT", "/v1/webhook/alt", {"n": 1})
+        self.assert_problem(res, 405, "method-not-allowed")
+        self.assertEqual(res.headers.get("allow"), "POST")
+
+    def test_post_on_healthz_is_405_with_allow(self):
+        res = self.send("POST", "/healthz", {})
+        self.assert_problem(res, 405, "method-not-allowed")
+        self.assertIn("GET", res.headers.get("allow", ""))
+
+    def test_an_unknown_path_is_a_404_problem(self):
+        self.assert_problem(self.send("POST", "/v2/hooks", {"n": 1}), 404,
+                            "not-found")
+
+    def test_an_unknown_route_is_a_404_problem(self):
+        res = self.post({"n": 1}, key=unique(), route="no-such-route")
+        self.assert_problem(res, 404, "not-found")
+
+    def test_the_same_key_on_two_routes_is_two_keys(self):
+        key = unique()
+        self.assert_accepted(self.post({"n": 1}, key=key), key)
+        self.assert_accepted(self.post({"n": 1}, key=key, route="alt"), key)
+        self.assert_problem(self.post({"n": 1}, key=key, route="alt"), 409,
+                            "duplicate")
+
+
+class TokenAuthTest(ContractCase):
+    def test_the_token_can_come_as_a_query_parameter(self):
+        key = unique()
+        res = self.post({"n": 1}, key=key, route="tv",
+                        query="?token=" + urllib.parse.quote(TV_TOKEN))
+        self.assert_accepted(res, key, "header")
+
+    def test_the_token_can_come_as_a_body_passphrase(self):
+        key = unique()
+        res = self.post({"id": key, "passphrase": TV_TOKEN}, route="tv",
+                        content_type="text/plain")
+        self.assert_accepted(res, key, "body")
+
+    def test_a_wrong_token_is_401_and_a_later_correct_request_executes(self):
+        key = unique()
+        res = self.post({"n": 1, "passphrase": "wrong-" + TV_TOKEN}, key=key,
+                        route="tv")
+        self.assert_problem(res, 401, "unauthorized")
+        self.assert_not_stored(key, "tv")
+        res = self.post({"n": 1, "passphrase": TV_TOKEN}, key=key, route="tv")
+        self.assert_accepted(res, key)
+
+    def test_a_missing_token_is_401_and_a_later_correct_request_executes(
+            self):
+        key = unique()
+        self.assert_problem(self.post({"n": 1}, key=key, route="tv"), 401,
+                            "unauthorized")
+        self.assert_not_stored(key, "tv")
+        res = self.post({"n": 1}, key=key, route="tv",
+                        query="?token=" + urllib.parse.quote(TV_TOKEN))
+        self.assert_accepted(res, key)
+
+    def test_a_wrong_query_token_is_not_rescued_by_a_right_passphrase(self):
+        # The query parameter is the token when present (first match).
+        key = unique()
+        res = self.post({"n": 1, "passphrase": TV_TOKEN}, key=key, route="tv",
+                        query="?token=nope")
+        self.assert_problem(res, 401, "unauthorized")
+
+
+class GitHubAuthTest(ContractCase):
+    def test_a_signed_delivery_is_accepted_with_the_delivery_id_as_key(self):
+        delivery = str(uuid.uuid4())
+        res = self.post_github({"action": "opened", "number": 1}, delivery)
+        self.assert_accepted(res, delivery, "webhook-id")
+        self.assertEqual(res.headers.get("idempotency-key"), delivery)
+
+    def test_a_redelivery_is_a_409_duplicate(self):
+        delivery = str(uuid.uuid4())
+        body = {"action": "opened", "number": 2}
+        self.assert_accepted(self.post_github(body, delivery), delivery)
+        self.assert_problem(self.post_github(body, delivery), 409,
+                            "duplicate")
+
+    def test_a_wrong_signature_is_401_and_a_later_signed_one_executes(self):
+        delivery = str(uuid.uuid4())
+        body = {"action": "opened", "number": 3}
+        res = self.post_github(body, delivery, secret="not-" + GH_SECRET)
+        self.assert_problem(res, 401, "unauthorized")
+        self.assert_not_stored(delivery, "gh")
+        self.assert_accepted(self.post_github(body, delivery), delivery)
+
+    def test_a_missing_signature_is_401(self):
+        res = self.post({"n": 1}, route="gh",
+                        headers={"X-GitHub-Delivery": str(uuid.uuid4())})
+        self.assert_problem(res, 401, "unauthorized")
+
+    def test_a_tampered_body_is_401(self):
+        delivery = str(uuid.uuid4())
+        signed = b'{"amount":1}'
+        hdrs = {"X-GitHub-Delivery": delivery,
+                "X-Hub-Signature-256": github_signature(GH_SECRET, signed)}
+        res = self.post(b'{"amount":9}', route="gh", headers=hdrs)
+        self.assert_problem(res, 401, "unauthorized")
+
+
+class StandardWebhooksAuthTest(ContractCase):
+    def test_a_signed_message_is_accepted_with_the_webhook_id_as_key(self):
+        msg_id = unique("msg")
+        res = self.post_sw({"type": "invoice.paid"}, msg_id)
+        self.assert_accepted(res, msg_id, "webhook-id")
+
+    def test_a_resent_message_is_a_409_duplicate(self):
+        msg_id = unique("msg")
+        self.assert_accepted(self.post_sw({"n": 1}, msg_id), msg_id)
+        self.assert_problem(self.post_sw({"n": 1}, msg_id), 409, "duplicate")
+
+    def test_one_valid_signature_among_several_passes(self):
+        msg_id = unique("msg")
+        ts = int(time.time())
+        body = b'{"n":1}'
+        wrong = sw_signature(b"x" * 24, msg_id, ts, body)
+        right = sw_signature(SW_KEY, msg_id, ts, body)
+        sig = " ".join([wrong, "v2,abc", right])
+        res = self.post_sw(body, msg_id, timestamp=ts, signature=sig)
+        self.assert_accepted(res, msg_id, "webhook-id")
+
+    def test_a_wrong_signature_is_401_and_a_later_signed_one_executes(self):
+        msg_id = unique("msg")
+        ts = int(time.time())
+        sig = sw_signature(b"y" * 24, msg_id, ts, b'{"n":1}')
+        res = self.post_sw(b'{"n":1}', msg_id, timestamp=ts, signature=sig)
+        self.assert_problem(res, 401, "unauthorized")
+        self.assert_not_stored(msg_id, "sw")
+        self.assert_accepted(self.post_sw(b'{"n":1}', msg_id), msg_id)
+
+    def test_a_timestamp_301_seconds_old_is_401(self):
+        # floor(now) - 301: at least 301 s from the node's clock.
+        msg_id = unique("msg")
+        res = self.post_sw({"n": 1}, msg_id,
+                           timestamp=math.floor(time.time()) - 301)
+        self.assert_problem(res, 401, "unauthorized")
+        self.assert_not_stored(msg_id, "sw")
+
+    def test_a_timestamp_301_seconds_ahead_is_401(self):
+        # ceil(now) + 301: at least 301 s ahead unless the request takes 1 s.
+        msg_id = unique("msg")
+        res = self.post_sw({"n": 1}, msg_id,
+                           timestamp=math.ceil(time.time()) + 301)
+        self.assert_problem(res, 401, "unauthorized")
+        self.assert_not_stored(msg_id, "sw")
+
+    def test_a_timestamp_a_few_minutes_old_within_tolerance_passes(self):
+        msg_id = unique("msg")
+        res = self.post_sw({"n": 1}, msg_id, timestamp=int(time.time()) - 240)
+        self.assert_accepted(res, msg_id, "webhook-id")
+
+    def test_missing_webhook_headers_are_401(self):
+        res = self.post({"n": 1}, route="sw")
+        self.assert_problem(res, 401, "unauthorized")
+
+
+class AllowListAndLimitTest(ContractCase):
+    def test_a_source_outside_the_allow_list_is_403(self):
+        key = unique()
+        res = self.post({"n": 1}, key=key, route="deny")
+        self.assert_problem(res, 403, "forbidden")
+        self.assert_not_stored(key, "deny")
+
+    def test_a_body_over_the_route_limit_is_413_and_closes_the_connection(
+            self):
+        key = unique()
+        body = json.dumps({"pad": "x" * (SMALL_LIMIT + 10)})
+        res = self.post(body, key=key, route="small")
+        self.assert_problem(res, 413, "body-too-large")
+        self.assertEqual(res.headers.get("connection", "").lower(), "close")
+        self.assert_not_stored(key, "small")
+
+    def test_a_chunked_body_over_the_route_limit_is_413_and_closes(self):
+        key = unique()
+        head = ("POST /v1/webhook/small HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                "Content-Type: application/json\r\nIdempotency-Key: %s\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n" % key).encode()
+        # Chunks up to just past the limit, in one write, and no last chunk:
+        # the node must answer as soon as the limit is crossed (everything
+        # sent has been read by then, so the close is clean).
+        data = ('{"pad":"%s' % ("x" * (SMALL_LIMIT + 200))).encode()
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + 256]),
+                                               data[i:i + 256])
+                          for i in range(0, len(data), 256))
+        res = self.send_raw([head + chunks])
+        self.assert_problem(res, 413, "body-too-large")
+        self.assertEqual(res.headers.get("connection", "").lower(), "close")
+        self.assert_not_stored(key, "small")
+
+    def test_headers_that_arrive_too_slowly_get_408_and_the_connection_closes(
+            self):
+        res = self.send_raw([b"POST /v1/webhook HTTP/1.1\r\nHost: x\r\n"])
+        self.assert_problem(res, 408, "request-timeout")
+        self.assertEqual(res.headers.get("connection", "").lower(), "close")
+
+    def test_a_body_that_arrives_too_slowly_gets_408_and_the_connection_closes(
+            self):
+        key = unique()
+        res = self.send_raw([
+            ("POST /v1/webhook HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s"
+             "\r\nContent-Type: application/json\r\nContent-Length: 20"
+             "\r\n\r\n{\"id\"" % key).encode()])
+        self.assert_problem(res, 408, "request-timeout")
+        self.assertEqual(res.headers.get("connection", "").lower(), "close")
+        self.assert_not_stored(key)
+
+    def test_a_body_at_the_route_limit_is_accepted(self):
+        key = unique()
+        body = '{"pad":"%s"}' % ("x" * (SMALL_LIMIT - 10))
+        self.assertEqual(len(body), SMALL_LIMIT)
+        self.assert_accepted(self.post(body, key=key, route="small"), key)
+
+    def test_the_route_limit_does_not_apply_to_other_routes(self):
+        key = unique()
+        body = json.dumps({"pad": "x" * (SMALL_LIMIT * 4)})
+        self.assert_accepted(self.post(body, key=key), key)
+
+
+class AdminAndHealthTest(ContractCase):
+    def test_the_admin_record_has_state_fingerprint_and_timestamps(self):
+        key = unique()
+        body = {"n": 1, "passphrase": TV_TOKEN}
+        first = self.assert_accepted(self.post(body, key=key, route="tv"))
+        res = self.admin("GET", key, "tv")
+        self.assertEqual(res.status, 200, res)
+        self.assertEqual(res.headers.get("cache-control"), "no-store")
+        rec = res.doc
+        self.assertEqual(rec["state"], "completed")
+        self.assertEqual(rec["key"], key)
+        self.assertEqual(rec["route"], "tv")
+        self.assertRegex(rec["fingerprint"], HEX64)
+        self.assertEqual(rec["fingerprint"], canonical_fingerprint(body))
+        self.assertEqual(rec["first_seen"], first["received_at"])
+        ttl = parse_time(rec["expires_at"]) - parse_time(rec["first_seen"])
+        self.assertEqual(ttl, datetime.timedelta(hours=72))
+        self.assertEqual(rec["status"], 200)
+
+    def test_the_default_ttl_is_24_hours(self):
+        key = unique()
+        self.assert_accepted(self.post({"n": 1}, key=key))
+        rec = self.admin("GET", key).doc
+        ttl = parse_time(rec["expires_at"]) - parse_time(rec["first_seen"])
+        self.assertEqual(ttl, datetime.timedelta(hours=24))
+
+    def test_admin_delete_releases_the_key_so_the_next_request_executes(
+            self):
+        key = unique()
+        self.assert_accepted(self.post({"n": 1}, key=key, route="alt"))
+        self.assert_problem(self.post({"n": 1}, key=key, route="alt"), 409,
+                            "duplicate")
+        res = self.admin("DELETE", key, "alt")
+        self.assertEqual(res.status, 200, res)
+        self.assertEqual(res.doc.get("key"), key)
+        self.assert_accepted(self.post({"n": 2}, key=key, route="alt"), key)
+
+    def test_admin_finds_a_key_with_a_space_and_a_slash_percent_encoded(self):
+        key = "a b/%s" % uuid.uuid4().hex
+        self.assert_accepted(self.post({"n": 1}, key='"%s"' % key), key)
+        res = self.admin("GET", key)
+        self.assertEqual(res.status, 200, res)
+        self.assertEqual(res.doc["key"], key)
+
+    def test_admin_delete_of_an_unknown_key_is_404(self):
+        self.assert_problem(self.admin("DELETE", unique()), 404, "not-found")
+
+    def test_admin_lookup_on_an_unknown_route_is_404(self):
+        self.assert_problem(self.admin("GET", unique(), "no-such-route"), 404,
+                            "not-found")
+
+    def test_admin_with_another_method_is_405_with_allow(self):
+        res = self.send("POST", "/v1/keys/" + unique(), {},
+                        headers={"Authorization": "Bearer " + ADMIN_TOKEN})
+        self.assert_problem(res, 405, "method-not-allowed")
+        self.assertEqual(res.headers.get("allow"), "GET, HEAD, DELETE")
+
+    def test_a_key_executes_again_once_the_route_ttl_has_passed(self):
+        key = unique()
+        first = self.assert_accepted(self.post({"n": 1}, key=key,
+                                               route="short"))
+        rec = self.admin("GET", key, "short").doc
+        self.assertEqual(parse_time(rec["expires_at"])
+                         - parse_time(rec["first_seen"]),
+                         datetime.timedelta(seconds=1))
+        seen = []
+
+        def executes_again():
+            res = self.post({"n": 1}, key=key, route="short")
+            seen.append(res)
+            return res.status == 200
+
+        self.assertTrue(wait_for(executes_again, 10, interval=0.1),
+                        seen[-1:])
+        # Until then, every answer was the duplicate problem.
+        for res in seen[:-1]:
+            self.assert_problem(res, 409, "duplicate")
+        again = self.assert_accepted(seen[-1], key)
+        self.assertGreater(parse_time(again["received_at"]),
+                           parse_time(first["received_at"]))
+
+    def test_admin_lookup_of_an_unknown_key_is_404(self):
+        self.assert_problem(self.admin("GET", unique()), 404, "not-found")
+
+    def test_admin_without_a_bearer_token_is_401(self):
+        key = unique()
+        self.assert_accepted(self.post({"n": 1}, key=key))
+        res = self.admin("GET", key, token=None)
+        self.assert_problem(res, 401, "unauthorized")
+
+    def test_admin_with_a_wrong_bearer_token_is_401_and_releases_nothing(
+            self):
+        key = unique()
+        self.assert_accepted(self.post({"n": 1}, key=key))
+        res = self.admin("DELETE", key, token="x" + ADMIN_TOKEN)
+        self.assert_problem(res, 401, "unauthorized")
+        self.assert_problem(self.post({"n": 1}, key=key), 409, "duplicate")
+
+    def test_healthz_is_200(self):
+        res = self.send("GET", "/healthz", content_type=None)
+        self.assertEqual(res.status, 200, res)
+        self.assertEqual(res.doc, {"status": "ok"})
+
+    def test_readyz_is_200_ready(self):
+        res = self.send("GET", "/readyz", content_type=None)
+        self.assertEqual(res.status, 200, res)
+        self.assertEqual(res.doc, {"status": "ready"})
+
+
+class ConcurrencyTest(ContractCase):
+    N = 50
+
+    def burst(self, make_request):
+        """Runs make_request(i) on N threads released together; returns the
+        results in thread order."""
+        results = [None] * self.N
+        barrier = threading.Barrier(self.N)
+
+        def run(i):
+            try:
+                barrier.wait(10)
+                results[i] = make_request(i)
+            except Exception as e:  # reported through results
+                results[i] = e
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True)
+                   for i in range(self.N)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for t in threads:
+            self.assertFalse(t.is_alive(), "a request did not finish")
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+        return results
+
+    def test_fifty_parallel_identical_requests_execute_exactly_once(self):
+        key = unique()
+        body = {"n": 1, "symbol": "BTCUSDT"}
+        results = self.burst(
+            lambda i: self.post(body, key=key, route="alt"))
+        statuses = [r.status for r in results]
+        self.assertEqual(statuses.count(200), 1, statuses)
+        self.assertEqual(statuses.count(409), self.N - 1, statuses)
+        for r in results:
+            if r.status == 409:
+                self.assert_problem(r, 409, "duplicate")
+                self.assertEqual(r.headers.get("idempotent-replayed"), "true")
+
+    def test_fifty_parallel_requests_with_two_payloads_execute_one(self):
+        key = unique()
+        bodies = [{"side": "buy"}, {"side": "sell"}]
+        results = self.burst(
+            lambda i: self.post(bodies[i % 2], key=key, route="alt"))
+        winners = [i for i, r in enumerate(results) if r.status == 200]
+        self.assertEqual(len(winners), 1, [r.status for r in results])
+        won = winners[0] % 2
+        for i, r in enumerate(results):
+            if i == winners[0]:
+                continue
+            if i % 2 == won:
+                self.assert_problem(r, 409, "duplicate")
+            else:
+                self.assert_problem(r, 422, "key-reused")
+        rec = self.admin("GET", key, "alt").doc
+        self.assertEqual(rec["fingerprint"],
+                         canonical_fingerprint(bodies[won]))
+
+
+if __name__ == "__main__":
+    unittest.main()
