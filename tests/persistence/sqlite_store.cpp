@@ -241,6 +241,60 @@ CAF_TEST(a new file gets the current schema version) {
   CAF_CHECK_EQUAL(db->version(), sqlite_store::schema_version);
 }
 
+CAF_TEST(a version 1 database is migrated and keeps its records) {
+  // The schema as version 1 wrote it, with one record.
+  {
+    sqlite3* raw = nullptr;
+    CAF_REQUIRE_EQUAL(sqlite3_open(opts.path.c_str(), &raw), SQLITE_OK);
+    auto sql = "PRAGMA journal_mode=WAL;"
+               "CREATE TABLE meta(name TEXT PRIMARY KEY,"
+               "  value INTEGER NOT NULL) WITHOUT ROWID;"
+               "INSERT INTO meta VALUES('schema_version', 1);"
+               "CREATE TABLE records(route TEXT NOT NULL, key TEXT NOT NULL,"
+               "  state INTEGER NOT NULL, fingerprint BLOB NOT NULL,"
+               "  first_seen_ms INTEGER NOT NULL,"
+               "  expires_at_ms INTEGER NOT NULL, status INTEGER NOT NULL,"
+               "  response BLOB NOT NULL, signal BLOB NOT NULL,"
+               "  PRIMARY KEY (route, key));"
+               "CREATE INDEX records_by_expiry ON records(expires_at_ms);"
+               "INSERT INTO records VALUES('default', 'old', 1, x'00',"
+               "  1000, 9000000000000, 200, 'ok', '{}');";
+    CAF_REQUIRE_EQUAL(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr),
+                      SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  auto db = open();
+  CAF_CHECK_EQUAL(db->version(), 2);
+  auto rec = db->load("default", "old");
+  CAF_REQUIRE(rec && rec->found);
+  CAF_CHECK_EQUAL(rec->rec.response, "ok");
+  CAF_CHECK_EQUAL(rec->rec.headers, "");
+  CAF_CHECK_EQUAL(rec->rec.status, 200);
+}
+
+CAF_TEST(in flight records can be listed and turned into in doubt) {
+  auto db = open();
+  for (auto key : {"a", "b", "c"}) {
+    auto req = make_claim(key, 1000);
+    req.initial_state = record_state::in_flight;
+    claim(*db, req);
+  }
+  claim(*db, make_claim("done", 1000));
+  CAF_REQUIRE(!db->begin());
+  CAF_CHECK_EQUAL(db->doubt_in_flight(), 3u);
+  CAF_REQUIRE(!db->commit());
+  auto page = db->list("default", record_state::in_doubt, "", 2);
+  CAF_REQUIRE(page);
+  CAF_REQUIRE_EQUAL(page->records.size(), 2u);
+  CAF_CHECK_EQUAL(page->records[0].key, "a");
+  CAF_CHECK_EQUAL(page->next_after, "b");
+  auto rest = db->list("default", record_state::in_doubt, page->next_after, 2);
+  CAF_REQUIRE(rest);
+  CAF_REQUIRE_EQUAL(rest->records.size(), 1u);
+  CAF_CHECK_EQUAL(rest->records[0].key, "c");
+  CAF_CHECK_EQUAL(rest->next_after, "");
+}
+
 CAF_TEST(a database from a newer schema is refused) {
   { open(); }
   {
