@@ -158,6 +158,18 @@ public:
     });
   }
 
+  void list(std::string route, record_state state, std::string after,
+            uint32_t limit,
+            std::function<void(reply<record_page>)> done) override {
+    post([this, route = std::move(route), state, after = std::move(after),
+          limit,
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      ask<record_page>(self, node_.store, opts_.claim_timeout, std::move(done),
+                       list_atom::value, std::move(route), state,
+                       std::move(after), limit);
+    });
+  }
+
   void metrics(std::function<void(node_metrics)> done) override {
     post([this, done = std::move(done)](caf::event_based_actor* self) {
       gather_metrics(self, node_, opts_.probe_timeout, done);

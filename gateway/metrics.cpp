@@ -93,12 +93,19 @@ const char* to_string(outcome x) {
 gateway_metrics::gateway_metrics(std::vector<std::string> route_names)
   : routes_(std::move(route_names)),
     counts_(new std::atomic<uint64_t>[routes_.size() * outcome_count]),
+    upstream_(new std::atomic<uint64_t>[routes_.size() * 3]),
     bounds_(histogram::latency_bounds()),
     buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
   for (size_t i = 0; i < routes_.size() * outcome_count; ++i)
     counts_[i] = 0;
   for (size_t i = 0; i <= bounds_.size(); ++i)
     buckets_[i] = 0;
+  for (size_t i = 0; i < routes_.size() * 3; ++i)
+    upstream_[i] = 0;
+}
+
+void gateway_metrics::count_upstream(std::size_t route, std::size_t result) {
+  upstream_[route * 3 + result].fetch_add(1, std::memory_order_relaxed);
 }
 
 void gateway_metrics::count(std::size_t route, outcome x) {
@@ -133,6 +140,21 @@ std::string gateway_metrics::render(const node_metrics& node) const {
       out += to_string(static_cast<outcome>(o));
       out += "\"} ";
       out += std::to_string(counts_[r * outcome_count + o].load());
+      out += '\n';
+    }
+  header(out, "oncegate_upstream_results_total", "counter",
+         "Forwarded requests by route and result: response, not_sent "
+         "(released), maybe_sent (in doubt).");
+  static constexpr const char* results[] = {"response", "not_sent",
+                                            "maybe_sent"};
+  for (size_t r = 0; r < routes_.size(); ++r)
+    for (size_t k = 0; k < 3; ++k) {
+      out += "oncegate_upstream_results_total{route=\"";
+      out += routes_[r];
+      out += "\",result=\"";
+      out += results[k];
+      out += "\"} ";
+      out += std::to_string(upstream_[r * 3 + k].load());
       out += '\n';
     }
   std::vector<uint64_t> counts(bounds_.size() + 1);

@@ -37,6 +37,10 @@ public:
   /// Counts one webhook request of route number `route`.
   void count(std::size_t route, outcome x);
 
+  /// Counts one forwarded request's result (0 response, 1 not sent, 2 maybe
+  /// sent) on route number `route`.
+  void count_upstream(std::size_t route, std::size_t result);
+
   /// Records the time from a complete request to its response.
   void observe_request(double seconds);
 
@@ -49,6 +53,7 @@ public:
 private:
   std::vector<std::string> routes_;
   std::unique_ptr<std::atomic<uint64_t>[]> counts_;
+  std::unique_ptr<std::atomic<uint64_t>[]> upstream_;
   std::vector<double> bounds_;
   std::unique_ptr<std::atomic<uint64_t>[]> buckets_;
   std::atomic<uint64_t> latency_count_{0};

@@ -33,6 +33,8 @@ node_config::node_config() {
     .add(data_dir, "data-dir", "directory of the SQLite database")
     .add(log_level, "log-level", "trace, debug, info, warn, error or off")
     .add(http_threads, "http-threads", "threads serving HTTP")
+    .add(upstream, "upstream",
+         "forward the default route's first requests to http://host:port/path")
     .add(version, "version", "print the version and exit");
   opt_group{custom_options_, "http"}
     .add(body_limit, "body-limit", "largest request body in bytes (413)")
@@ -145,6 +147,7 @@ node_config::webhook_opts(const env_lookup& env, std::string& error) const {
   route_defaults defaults;
   defaults.ttl_ms = to_ms(ttl).count();
   defaults.body_limit = body_limit;
+  defaults.default_upstream = upstream;
   auto section = caf::get_if<caf::settings>(&content, "route");
   auto routes = make_routes(section ? &*section : nullptr, defaults, env,
                             error);

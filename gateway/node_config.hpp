@@ -41,6 +41,7 @@ public:
   std::string data_dir = "./data";
   std::string log_level = "info";
   size_t http_threads = 1;
+  std::string upstream;
   bool version = false;
 
   // [http]

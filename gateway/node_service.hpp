@@ -50,6 +50,11 @@ public:
   virtual void lookup(std::string route, std::string key,
                       std::function<void(reply<lookup_result>)> done) = 0;
 
+  /// Lists committed records of `route` in `state` after key `after`.
+  virtual void list(std::string route, record_state state, std::string after,
+                    uint32_t limit,
+                    std::function<void(reply<record_page>)> done) = 0;
+
   /// Gathers counters from every actor.
   virtual void metrics(std::function<void(node_metrics)> done) = 0;
 

@@ -11,10 +11,24 @@ namespace oncegate::gateway {
 
 namespace {
 
-constexpr std::string_view known_keys[]
-  = {"auth",          "secret",       "secret-env", "secret-file",
-     "ttl",           "on-duplicate", "body-limit", "allow",
-     "tolerance",     "upstream"};
+constexpr std::string_view known_keys[] = {"auth",
+                                           "secret",
+                                           "secret-env",
+                                           "secret-file",
+                                           "ttl",
+                                           "on-duplicate",
+                                           "body-limit",
+                                           "allow",
+                                           "tolerance",
+                                           "upstream",
+                                           "upstream-connect-timeout",
+                                           "upstream-timeout",
+                                           "upstream-connections",
+                                           "respond-after"};
+
+std::chrono::milliseconds to_ms(caf::timespan x) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(x);
+}
 
 bool valid_route_name(std::string_view name) {
   if (name.empty() || name.size() > 64)
@@ -156,10 +170,43 @@ public:
         }
       } else if (key == "upstream") {
         auto str = caf::get_if<std::string>(&value);
-        if (!str || str->rfind("http://", 0) != 0)
-          return fail(name, key, "expected an http:// URL");
-        r.upstream = *str;
+        auto target = str ? parse_upstream_url(*str) : std::nullopt;
+        if (!target)
+          return fail(name, key, "expected http://host[:port][/path]");
+        upstream_url_ = std::move(*target);
+      } else if (key == "upstream-connect-timeout" || key == "upstream-timeout"
+                 || key == "respond-after") {
+        auto span = caf::get_if<caf::timespan>(&value);
+        if (!span || span->count() < 0
+            || (key != "respond-after" && span->count() == 0))
+          return fail(name, key, "expected a positive duration (e.g. 2s)");
+        if (key == "upstream-connect-timeout")
+          connect_timeout_ = to_ms(*span);
+        else if (key == "upstream-timeout")
+          response_timeout_ = to_ms(*span);
+        else
+          r.respond_after = to_ms(*span);
+      } else if (key == "upstream-connections") {
+        auto num = caf::get_if<int64_t>(&value);
+        if (!num || *num < 1 || *num > 10000)
+          return fail(name, key, "expected 1..10000");
+        max_connections_ = static_cast<std::size_t>(*num);
       }
+    }
+    if (upstream_url_) {
+      r.upstream = std::move(upstream_url_);
+    } else if ((connect_timeout_ || response_timeout_ || max_connections_
+                || r.respond_after.count() > 0)
+               && !r.upstream) {
+      return fail(name, "upstream", "upstream options set without upstream");
+    }
+    if (r.upstream) {
+      if (connect_timeout_)
+        r.upstream->connect_timeout = *connect_timeout_;
+      if (response_timeout_)
+        r.upstream->response_timeout = *response_timeout_;
+      if (max_connections_)
+        r.upstream->max_connections = *max_connections_;
     }
     return finish(name, r);
   }
@@ -192,6 +239,10 @@ private:
   const env_lookup& env_;
   std::string& error_;
   std::vector<std::string> raw_secrets_;
+  std::optional<upstream_target> upstream_url_;
+  std::optional<std::chrono::milliseconds> connect_timeout_;
+  std::optional<std::chrono::milliseconds> response_timeout_;
+  std::optional<std::size_t> max_connections_;
 };
 
 route_config default_route(const route_defaults& defaults) {
@@ -231,6 +282,14 @@ std::optional<route_table> make_routes(const caf::settings* section,
                                        std::string& error) {
   route_table table;
   table.routes.push_back(default_route(defaults));
+  if (!defaults.default_upstream.empty()) {
+    auto target = parse_upstream_url(defaults.default_upstream);
+    if (!target) {
+      error = "upstream: expected http://host[:port][/path]";
+      return std::nullopt;
+    }
+    table.routes.front().upstream = std::move(target);
+  }
   if (section == nullptr)
     return table;
   for (auto& kv : *section) {
@@ -251,8 +310,12 @@ std::optional<route_table> make_routes(const caf::settings* section,
     route_parser parser{defaults, env, error};
     if (!parser.parse(name, *sub, r))
       return std::nullopt;
-    if (name == "default")
+    if (name == "default") {
+      // --upstream on the command line wins over the file.
+      if (table.routes.front().upstream && !defaults.default_upstream.empty())
+        r.upstream = table.routes.front().upstream;
       table.routes.front() = std::move(r);
+    }
     else
       table.routes.push_back(std::move(r));
   }

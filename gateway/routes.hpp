@@ -11,6 +11,7 @@
 #include <caf/settings.hpp>
 
 #include "gateway/auth.hpp"
+#include "gateway/upstream_client.hpp"
 
 namespace oncegate::gateway {
 
@@ -38,14 +39,20 @@ struct route_config {
   std::vector<cidr> allow;
   /// Accepted clock difference of signed timestamps (standard-webhooks).
   int64_t tolerance_s = 300;
-  /// Upstream URL (empty: record the signal and answer 200 accepted).
-  std::string upstream;
+  /// Where the first request of a key is forwarded; none: record the
+  /// signal and answer 200 accepted.
+  std::optional<upstream_target> upstream;
+  /// Answer 202 in_progress when the upstream has not answered by then
+  /// (TradingView gives up after about 3 s); 0: wait for the upstream.
+  std::chrono::milliseconds respond_after{0};
 };
 
 /// Defaults that routes inherit from the node's options.
 struct route_defaults {
   int64_t ttl_ms = 24LL * 3600 * 1000;
   std::size_t body_limit = 64 * 1024;
+  /// The default route's upstream (`--upstream=URL`), empty for none.
+  std::string default_upstream;
 };
 
 /// The node's routes. Index 0 is always the default route.

@@ -1,6 +1,8 @@
 #include "gateway/webhook_handler.hpp"
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
 #include "common/logging.hpp"
@@ -91,6 +93,19 @@ void extend_problem(http_response& res, const std::string& members) {
   res.body += '}';
 }
 
+// Stored headers are `Name: value` lines; only Content-Type is kept.
+std::string stored_content_type(const std::string& headers) {
+  constexpr std::string_view prefix = "Content-Type: ";
+  std::string_view text{headers};
+  while (!text.empty()) {
+    auto line = text.substr(0, text.find('\n'));
+    if (line.substr(0, prefix.size()) == prefix)
+      return std::string{line.substr(prefix.size())};
+    text.remove_prefix(std::min(text.size(), line.size() + 1));
+  }
+  return "application/json";
+}
+
 http_response duplicate_response(const route_config& route,
                                  const record& rec,
                                  const idempotency_key& key) {
@@ -118,7 +133,7 @@ http_response duplicate_response(const route_config& route,
   if (route.on_duplicate == duplicate_policy::replay) {
     http_response res;
     res.status = rec.status;
-    res.set("Content-Type", "application/json");
+    res.set("Content-Type", stored_content_type(rec.headers));
     common_headers(res, key.value);
     res.set("Idempotent-Replayed", "true");
     res.body = rec.response;
@@ -138,6 +153,17 @@ http_response duplicate_response(const route_config& route,
   extend_problem(res, extra);
   res.set("Idempotent-Replayed", "true");
   return res;
+}
+
+std::string in_progress_body(const idempotency_key& key, int64_t now_ms) {
+  std::string out = R"({"status":"in_progress","idempotency_key":)";
+  append_json_string(out, key.value);
+  out += R"(,"key_source":")";
+  out += to_string(key.source);
+  out += R"(","received_at":")";
+  out += format_timestamp(now_ms);
+  out += "\"}";
+  return out;
 }
 
 std::string record_json(const record& rec) {
@@ -197,8 +223,17 @@ webhook_handler::webhook_handler(webhook_options opts, node_service& node,
         names.push_back(r.name);
       return names;
     }()) {
-  // nop
+  for (auto& r : opts_.routes.routes)
+    if (r.upstream && !upstream_)
+      upstream_ = std::make_unique<upstream_client>();
 }
+
+struct webhook_handler::key_info {
+  idempotency_key key;
+  int64_t first_seen_ms = 0;
+  uint64_t conn = 0;
+  uint64_t req = 0;
+};
 
 std::size_t webhook_handler::body_limit(std::string_view target) const {
   auto path = target.substr(0, target.find('?'));
@@ -251,7 +286,7 @@ void webhook_handler::handle(http_request req, responder done) {
       done(std::move(res));
     });
   }
-  if (path.substr(0, keys_prefix.size()) == keys_prefix)
+  if (path.substr(0, keys_prefix.size()) == keys_prefix || path == "/v1/keys")
     return handle_admin(req, done);
   if (path.substr(0, 11) == "/v1/webhook")
     return done(not_found("no such route"));
@@ -349,9 +384,20 @@ void webhook_handler::handle_webhook(const route_config& route,
   claim.fingerprint = std::move(body.fingerprint);
   claim.now_ms = now;
   claim.ttl_ms = route.ttl_ms;
-  claim.initial_state = record_state::completed;
-  claim.status = 200;
-  claim.response = accepted_body(key, now);
+  // With an upstream the record is in flight until its outcome is stored;
+  // without one, recording the signal is the execution.
+  bool forwarding = route.upstream.has_value();
+  std::string forward_body;
+  std::string content_type;
+  if (forwarding) {
+    claim.initial_state = record_state::in_flight;
+    forward_body = req.body;
+    content_type = std::string{req.header("content-type").value_or("")};
+  } else {
+    claim.initial_state = record_state::completed;
+    claim.status = 200;
+    claim.response = accepted_body(key, now);
+  }
   claim.signal = std::move(req.body);
   log::gateway()->debug("[C{}][R{}] claim.submit route={} key_source={}",
                         req.conn_id, req.req_id, route.name,
@@ -359,7 +405,9 @@ void webhook_handler::handle_webhook(const route_config& route,
   node_.claim(
     std::move(claim),
     [this, idx, &route, done = std::move(done), key = std::move(key),
-     conn = req.conn_id, rid = req.req_id](reply<claim_result> rep) {
+     conn = req.conn_id, rid = req.req_id, forwarding,
+     forward_body = std::move(forward_body),
+     content_type = std::move(content_type)](reply<claim_result> rep) mutable {
       http_response res;
       if (!rep.ok) {
         metrics_.count(idx, outcome::unavailable);
@@ -374,6 +422,12 @@ void webhook_handler::handle_webhook(const route_config& route,
         case decision::accepted:
         case decision::renewed:
           metrics_.count(idx, outcome::granted);
+          if (forwarding) {
+            auto info = std::make_shared<key_info>(
+              key_info{std::move(key), rec.first_seen_ms, conn, rid});
+            return forward(route, std::move(info), std::move(forward_body),
+                           std::move(content_type), std::move(done));
+          }
           res.status = rec.status;
           res.set("Content-Type", "application/json");
           common_headers(res, key.value);
@@ -396,6 +450,159 @@ void webhook_handler::handle_webhook(const route_config& route,
                             res.status);
       done(std::move(res));
     });
+}
+
+void webhook_handler::forward(const route_config& route,
+                              std::shared_ptr<key_info> info,
+                              std::string body, std::string content_type,
+                              responder done) {
+  // Exactly one answer goes out: the upstream's outcome, or 202 when
+  // `respond_after` passes first.
+  struct flight {
+    std::atomic<bool> answered{false};
+    responder done;
+    void answer(http_response res) {
+      if (!answered.exchange(true))
+        done(std::move(res));
+    }
+  };
+  auto fl = std::make_shared<flight>();
+  fl->done = std::move(done);
+  auto idx = opts_.routes.index_of(route);
+  if (route.respond_after.count() > 0)
+    upstream_->after(route.respond_after, [fl, info] {
+      auto res = json_response(202, in_progress_body(info->key,
+                                                     info->first_seen_ms));
+      common_headers(res, info->key.value);
+      fl->answer(std::move(res));
+    });
+  upstream_request up;
+  up.body = std::move(body);
+  up.content_type = std::move(content_type);
+  // Header values must be visible ASCII; other keys go as their hash.
+  up.idempotency_key = printable_ascii(info->key.value)
+                         ? info->key.value
+                         : to_hex(sha256(info->key.value));
+  upstream_->send(*route.upstream, std::move(up), [this, idx, &route, fl,
+                                                   info](upstream_result res) {
+    record_update upd;
+    upd.route = route.name;
+    upd.key = info->key.value;
+    upd.first_seen_ms = info->first_seen_ms;
+    metrics_.count_upstream(idx, static_cast<size_t>(res.outcome));
+    switch (res.outcome) {
+      case upstream_result::kind::response:
+        upd.op = transition::complete;
+        upd.status = static_cast<uint16_t>(res.status);
+        if (!res.content_type.empty())
+          upd.headers = "Content-Type: " + res.content_type;
+        upd.response = res.body;
+        break;
+      case upstream_result::kind::not_sent:
+        upd.op = transition::release;
+        break;
+      case upstream_result::kind::maybe_sent:
+        upd.op = transition::in_doubt;
+        break;
+    }
+    log::gateway()->info("[C{}][R{}] upstream.{} route={} status={} error={}",
+                         info->conn, info->req,
+                         res.outcome == upstream_result::kind::response
+                           ? "response"
+                           : res.outcome == upstream_result::kind::not_sent
+                               ? "not_sent"
+                               : "maybe_sent",
+                         route.name, res.status, res.error);
+    // The transition is made durable before the sender hears of it.
+    node_.update(std::move(upd), [fl, info, res = std::move(res)](
+                                   reply<update_result> rep) mutable {
+      if (!rep.ok)
+        log::gateway()->error("[C{}][R{}] upstream.unrecorded error={}",
+                              info->conn, info->req, rep.detail);
+      http_response out;
+      switch (res.outcome) {
+        case upstream_result::kind::response:
+          // Even when the outcome could not be stored, the upstream's
+          // answer is the truth: the record stays unsettled (in doubt
+          // after a restart) and is never executed again.
+          out.status = res.status;
+          out.set("Content-Type", res.content_type.empty()
+                                    ? std::string{"application/json"}
+                                    : res.content_type);
+          common_headers(out, info->key.value);
+          out.body = std::move(res.body);
+          break;
+        case upstream_result::kind::not_sent:
+          out = make_problem({503, "upstream-unavailable",
+                              "Upstream unavailable",
+                              "the upstream could not be reached; nothing was "
+                              "executed; retry later"},
+                             info->key.value);
+          out.set("Retry-After", "1");
+          break;
+        case upstream_result::kind::maybe_sent:
+          out = make_problem({res.timed_out ? 504 : 502, "in-doubt",
+                              "Outcome in doubt",
+                              "the upstream may have executed this request "
+                              "but did not answer; it will not be executed "
+                              "again automatically"},
+                             info->key.value);
+          break;
+      }
+      fl->answer(std::move(out));
+    });
+  });
+}
+
+void webhook_handler::handle_admin_list(http_request& req, responder& done) {
+  if (req.method != "GET" && req.method != "HEAD")
+    return done(method_not_allowed("GET, HEAD"));
+  auto state_name = query_param(req.target, "state").value_or("in_doubt");
+  record_state state;
+  if (state_name == "in_doubt")
+    state = record_state::in_doubt;
+  else if (state_name == "in_flight")
+    state = record_state::in_flight;
+  else
+    return done(make_problem({400, "bad-request", "Bad request",
+                              "state must be in_doubt or in_flight"}));
+  auto route = opts_.routes.by_name(
+    query_param(req.target, "route").value_or("default"));
+  if (!route)
+    return done(not_found("no such route"));
+  uint32_t limit = 100;
+  if (auto text = query_param(req.target, "limit")) {
+    char* end = nullptr;
+    auto n = std::strtoul(text->c_str(), &end, 10);
+    if (text->empty() || *end != '\0' || n < 1 || n > 1000)
+      return done(make_problem({400, "bad-request", "Bad request",
+                                "limit must be 1..1000"}));
+    limit = static_cast<uint32_t>(n);
+  }
+  auto after = query_param(req.target, "after").value_or("");
+  node_.list(route->name, state, std::move(after), limit,
+             [done = std::move(done)](reply<record_page> rep) {
+               if (!rep.ok) {
+                 auto res = make_problem(unavailable(rep.error));
+                 res.set("Retry-After", "1");
+                 return done(std::move(res));
+               }
+               std::string body = R"({"records":[)";
+               bool first = true;
+               for (auto& rec : rep.value.records) {
+                 if (!first)
+                   body += ',';
+                 first = false;
+                 body += record_json(rec);
+               }
+               body += R"(],"next_after":)";
+               if (rep.value.next_after.empty())
+                 body += "null";
+               else
+                 append_json_string(body, rep.value.next_after);
+               body += '}';
+               done(json_response(200, std::move(body)));
+             });
 }
 
 void webhook_handler::handle_admin(http_request& req, responder& done) {
@@ -424,7 +631,15 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
                               "admin endpoints are off on a non-loopback "
                               "listener without an admin token"}));
   }
+  if (req.path() == "/v1/keys")
+    return handle_admin_list(req, done);
   auto raw_key = req.path().substr(keys_prefix.size());
+  constexpr std::string_view complete_suffix = "/complete";
+  bool complete = raw_key.size() > complete_suffix.size()
+                  && raw_key.substr(raw_key.size() - complete_suffix.size())
+                       == complete_suffix;
+  if (complete)
+    raw_key.remove_suffix(complete_suffix.size());
   auto key = percent_decode(raw_key);
   if (!key || key->empty() || key->size() > 255)
     return done(make_problem({400, "invalid-key", "Invalid key",
@@ -434,6 +649,55 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
   auto route = opts_.routes.by_name(route_name);
   if (!route)
     return done(not_found("no such route"));
+  if (complete) {
+    if (req.method != "POST")
+      return done(method_not_allowed("POST"));
+    // {"status": 200, "body": "...", "content_type": "..."}: the outcome an
+    // operator verified upstream.
+    auto parsed = parse_payload(req.body, opts_.payload);
+    if (auto why = std::get_if<rejection>(&parsed))
+      return done(make_problem(*why));
+    auto& fields = std::get<payload>(parsed).fields;
+    auto status = fields.find("status");
+    int code = 0;
+    if (status != fields.end() && status->second.type == field::kind::number)
+      code = std::atoi(status->second.text.c_str());
+    if (code < 100 || code > 599)
+      return done(make_problem({400, "bad-request", "Bad request",
+                                "status must be a number 100..599"}));
+    record_update upd;
+    upd.route = route->name;
+    upd.key = *key;
+    upd.op = transition::complete;
+    upd.status = static_cast<uint16_t>(code);
+    if (auto b = fields.find("body");
+        b != fields.end() && b->second.type == field::kind::string)
+      upd.response = b->second.text;
+    if (auto ct = fields.find("content_type");
+        ct != fields.end() && ct->second.type == field::kind::string)
+      upd.headers = "Content-Type: " + ct->second.text;
+    log::gateway()->info("[C{}][R{}] admin.complete route={} status={}",
+                         req.conn_id, req.req_id, route->name, code);
+    return node_.update(
+      std::move(upd),
+      [done = std::move(done), k = *key](reply<update_result> rep) {
+        if (!rep.ok) {
+          auto res = make_problem(unavailable(rep.error), k);
+          res.set("Retry-After", "1");
+          return done(std::move(res));
+        }
+        if (!rep.value.applied)
+          return done(make_problem(
+            {rep.value.current.found ? 409 : 404,
+             rep.value.current.found ? "not-unsettled" : "not-found",
+             rep.value.current.found ? "Not unsettled" : "Not found",
+             rep.value.current.found
+               ? "only in-flight or in-doubt records can be completed"
+               : "no record for this key"},
+            k));
+        done(json_response(200, record_json(rep.value.current.rec)));
+      });
+  }
   if (req.method == "GET" || req.method == "HEAD") {
     return node_.lookup(
       route->name, *key,

@@ -11,6 +11,7 @@
 #include "gateway/payload.hpp"
 #include "gateway/rejection.hpp"
 #include "gateway/routes.hpp"
+#include "gateway/upstream_client.hpp"
 
 namespace oncegate::gateway {
 
@@ -48,14 +49,22 @@ public:
   }
 
 private:
+  struct key_info;
+
   void handle_webhook(const route_config& route, http_request& req,
                       responder& done);
+  void forward(const route_config& route, std::shared_ptr<key_info> key,
+               std::string body, std::string content_type, responder done);
   void handle_admin(http_request& req, responder& done);
+  void handle_admin_list(http_request& req, responder& done);
 
   webhook_options opts_;
   node_service& node_;
   wall_clock_fn now_;
   gateway_metrics metrics_;
+  /// Last member: destroyed first, so its thread stops before anything its
+  /// callbacks use goes away.
+  std::unique_ptr<upstream_client> upstream_;
 };
 
 /// Builds an `application/problem+json` response (RFC 9457).

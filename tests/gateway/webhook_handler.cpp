@@ -43,6 +43,11 @@ public:
     done({});
   }
 
+  void list(std::string, record_state, std::string, uint32_t,
+            std::function<void(reply<record_page>)> done) override {
+    done({});
+  }
+
   void metrics(std::function<void(node_metrics)> done) override {
     done({});
   }

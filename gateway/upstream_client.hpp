@@ -1,0 +1,90 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace oncegate::gateway {
+
+/// Where and how a route forwards its first requests.
+struct upstream_target {
+  std::string host;
+  uint16_t port = 80;
+  /// Origin-form target, e.g. `/orders?x=1`.
+  std::string path = "/";
+  /// Failing to connect within this is "not sent": the key is released.
+  std::chrono::milliseconds connect_timeout{2000};
+  /// No complete response within this after sending is "maybe sent": the
+  /// key is in doubt.
+  std::chrono::milliseconds response_timeout{10000};
+  /// Connections to this upstream at most (busy + idle); a request beyond
+  /// is "not sent" (pool exhausted).
+  std::size_t max_connections = 64;
+  /// Largest upstream response body stored and relayed.
+  std::size_t max_response = 1024 * 1024;
+};
+
+/// Parses `http://host[:port][/path]`; nothing for anything else (https is
+/// terminated elsewhere).
+std::optional<upstream_target> parse_upstream_url(std::string_view url);
+
+/// One forwarded request.
+struct upstream_request {
+  std::string body;
+  std::string content_type;
+  /// Sent as `Idempotency-Key` so an upstream that dedups by key is
+  /// protected too.
+  std::string idempotency_key;
+};
+
+/// What became of a forwarded request.
+struct upstream_result {
+  enum class kind {
+    /// The upstream answered (any status, 5xx included).
+    response,
+    /// Nothing reached the upstream (refused, unresolvable, pool exhausted,
+    /// connect timeout): safe to execute again.
+    not_sent,
+    /// The request may have reached the upstream, but no complete answer
+    /// came (timeout or connection lost after sending).
+    maybe_sent,
+  };
+  kind outcome = kind::not_sent;
+  int status = 0;
+  std::string content_type;
+  std::string body;
+  /// Why, for logs and problem details.
+  std::string error;
+  /// maybe_sent: whether it was the response timeout.
+  bool timed_out = false;
+};
+
+/// An asynchronous HTTP/1.1 client (Boost.Beast) with a keep-alive pool per
+/// upstream, on its own I/O thread. It never blocks the caller.
+class upstream_client {
+public:
+  upstream_client();
+  ~upstream_client();
+
+  upstream_client(const upstream_client&) = delete;
+  upstream_client& operator=(const upstream_client&) = delete;
+
+  /// Forwards `req`; `done` runs once on the client's thread. Thread-safe.
+  void send(const upstream_target& target, upstream_request req,
+            std::function<void(upstream_result)> done);
+
+  /// Runs `fn` on the client's thread after `delay`. Thread-safe.
+  void after(std::chrono::milliseconds delay, std::function<void()> fn);
+
+  struct impl;
+
+private:
+  std::shared_ptr<impl> impl_;
+};
+
+} // namespace oncegate::gateway
