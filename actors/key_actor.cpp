@@ -18,7 +18,6 @@ struct key_state {
   persistence::store_actor store;
   std::string route;
   std::string key;
-  caf::timespan store_timeout;
   /// The committed record, when known. Empty: ask the store.
   std::optional<record> cached;
 
@@ -48,7 +47,6 @@ key_actor::behavior_type key_impl(key_pointer self,
   st.store = std::move(store);
   st.route = std::move(route);
   st.key = std::move(key);
-  st.store_timeout = opts.store_timeout;
   return {
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
       auto& st = self->state;
@@ -57,7 +55,10 @@ key_actor::behavior_type key_impl(key_pointer self,
       // `await` keeps every later request of this key in the mailbox until
       // the store answered: one decision at a time per key.
       auto rp = self->make_response_promise<claim_result>();
-      self->request(st.store, st.store_timeout, claim_atom::value,
+      // No timeout: a request timeout costs a clock entry per claim, and
+      // the store always answers (or fails when it is gone); a stalled disk
+      // is bounded for the sender by http.response-timeout.
+      self->request(st.store, caf::infinite, claim_atom::value,
                     std::move(req))
         .await(
           [self, rp](claim_result& res) mutable {
@@ -65,8 +66,7 @@ key_actor::behavior_type key_impl(key_pointer self,
             rp.deliver(std::move(res));
           },
           [self, rp](caf::error& err) mutable {
-            // Unknown outcome (the store may still commit after a timeout):
-            // forget the cache so the next claim asks the store again.
+            // Forget the cache so the next claim asks the store again.
             self->state.cached.reset();
             rp.deliver(std::move(err));
           });
@@ -75,7 +75,7 @@ key_actor::behavior_type key_impl(key_pointer self,
     [self](update_atom, record_update& upd) {
       auto& st = self->state;
       auto rp = self->make_response_promise<update_result>();
-      self->request(st.store, st.store_timeout, update_atom::value,
+      self->request(st.store, caf::infinite, update_atom::value,
                     std::move(upd))
         .await(
           [self, rp](update_result& res) mutable {
@@ -97,7 +97,7 @@ key_actor::behavior_type key_impl(key_pointer self,
       if (st.cached)
         return lookup_result{true, *st.cached};
       auto rp = self->make_response_promise<lookup_result>();
-      self->request(st.store, st.store_timeout, get_atom::value, st.route,
+      self->request(st.store, caf::infinite, get_atom::value, st.route,
                     st.key)
         .await(
           [self, rp](lookup_result& res) mutable {

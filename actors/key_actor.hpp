@@ -45,8 +45,6 @@ using key_actor = caf::typed_actor<
 struct key_actor_options {
   /// A key actor with no request for this long leaves memory.
   caf::timespan idle_timeout = std::chrono::seconds(30);
-  /// Bound on waiting for the store; then the claim fails (503).
-  caf::timespan store_timeout = std::chrono::seconds(10);
 };
 
 /// Spawns the actor of `(route, key)` as a monitored child of `parent`.

@@ -29,16 +29,21 @@ void init(const std::string& level) {
     get(name)->set_level(spdlog::get_level());
 }
 
+// Looked up once: spdlog's registry takes a mutex per lookup, and these are
+// called on every request.
 std::shared_ptr<spdlog::logger> gateway() {
-  return get("gateway");
+  static auto lg = get("gateway");
+  return lg;
 }
 
 std::shared_ptr<spdlog::logger> actors() {
-  return get("actors");
+  static auto lg = get("actors");
+  return lg;
 }
 
 std::shared_ptr<spdlog::logger> store() {
-  return get("store");
+  static auto lg = get("store");
+  return lg;
 }
 
 } // namespace oncegate::log

@@ -43,10 +43,9 @@ reply<T> failure(caf::actor_system& sys, const caf::error& err) {
 }
 
 // Requests `xs...` from `hdl` and maps the answer to a `reply<T>`.
-template <class T, class Handle, class... Ts>
-void ask(caf::event_based_actor* self, const Handle& hdl,
-         caf::timespan timeout, std::function<void(reply<T>)> done,
-         Ts&&... xs) {
+template <class T, class Handle, class Timeout, class... Ts>
+void ask(caf::event_based_actor* self, const Handle& hdl, Timeout timeout,
+         std::function<void(reply<T>)> done, Ts&&... xs) {
   self->request(hdl, timeout, std::forward<Ts>(xs)...)
     .then(
       [done](T& value) {
@@ -133,7 +132,7 @@ public:
     post([this, req = std::move(req),
           done = std::move(done)](caf::event_based_actor* self) mutable {
       auto& shard = node_.shard_for(req.route, req.key);
-      ask<claim_result>(self, shard, opts_.claim_timeout, std::move(done),
+      ask<claim_result>(self, shard, caf::infinite, std::move(done),
                         claim_atom::value, std::move(req));
     });
   }
@@ -143,7 +142,7 @@ public:
     post([this, upd = std::move(upd),
           done = std::move(done)](caf::event_based_actor* self) mutable {
       auto& shard = node_.shard_for(upd.route, upd.key);
-      ask<update_result>(self, shard, opts_.claim_timeout, std::move(done),
+      ask<update_result>(self, shard, caf::infinite, std::move(done),
                          update_atom::value, std::move(upd));
     });
   }
@@ -153,7 +152,7 @@ public:
     post([this, route = std::move(route), key = std::move(key),
           done = std::move(done)](caf::event_based_actor* self) mutable {
       auto& shard = node_.shard_for(route, key);
-      ask<lookup_result>(self, shard, opts_.claim_timeout, std::move(done),
+      ask<lookup_result>(self, shard, caf::infinite, std::move(done),
                          get_atom::value, std::move(route), std::move(key));
     });
   }
@@ -164,7 +163,7 @@ public:
     post([this, route = std::move(route), state, after = std::move(after),
           limit,
           done = std::move(done)](caf::event_based_actor* self) mutable {
-      ask<record_page>(self, node_.store, opts_.claim_timeout, std::move(done),
+      ask<record_page>(self, node_.store, caf::infinite, std::move(done),
                        list_atom::value, std::move(route), state,
                        std::move(after), limit);
     });

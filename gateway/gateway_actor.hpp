@@ -13,9 +13,9 @@
 namespace oncegate::gateway {
 
 struct gateway_actor_options {
-  /// Bound on a claim's round trip through the actors; then 503.
-  caf::timespan claim_timeout = std::chrono::seconds(10);
-  /// Bound on gathering metrics and on the readiness probe.
+  /// Bound on gathering metrics and on the readiness probe. Claims have no
+  /// actor-side timeout (a clock entry per request is expensive): the HTTP
+  /// response timeout bounds them.
   caf::timespan probe_timeout = std::chrono::seconds(2);
   /// Gateway actors sharing the load (round robin).
   std::size_t actors = 1;

@@ -1,6 +1,7 @@
 #include "gateway/http_server.hpp"
 
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -78,6 +79,8 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
   tcp::acceptor acceptor;
   net::signal_set signals;
   net::steady_timer grace;
+  /// One timer for every connection's deadline (see `session::arm`).
+  net::steady_timer sweeper;
   std::atomic<uint64_t> next_conn{1};
   std::atomic<std::size_t> connections{0};
   std::atomic<bool> stopping{false};
@@ -90,7 +93,8 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
       ioc(static_cast<int>(std::max(1u, o.threads))),
       acceptor(net::make_strand(ioc)),
       signals(ioc),
-      grace(acceptor.get_executor()) {
+      grace(acceptor.get_executor()),
+      sweeper(acceptor.get_executor()) {
     // nop
   }
 
@@ -98,6 +102,7 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
   void on_accept(beast::error_code ec, tcp::socket sock);
   void begin_stop();
   void session_closed(uint64_t id);
+  void sweep();
 };
 
 namespace {
@@ -108,7 +113,6 @@ public:
           uint64_t id)
     : srv_(std::move(srv)),
       stream_(std::move(sock)),
-      timer_(stream_.get_executor()),
       // Headers plus one read's worth of body in flight at most.
       buffer_(srv_->opts.header_limit + 64 * 1024),
       id_(id) {
@@ -121,6 +125,25 @@ public:
   void start() {
     net::dispatch(stream_.get_executor(),
                   [self = shared_from_this()] { self->wait_for_request(); });
+  }
+
+  // Called by the server's sweep from another thread: cheap, no syscall.
+  bool overdue(int64_t now_ns) const {
+    return deadline_ns_.load(std::memory_order_relaxed) <= now_ns;
+  }
+
+  // Runs the timeout on the session's strand if it is still due there.
+  void check_deadline() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->phase_ != phase::closed && self->overdue(now_ns()))
+        self->on_timeout();
+    });
+  }
+
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
   }
 
   // Sends 503 and closes: the connection cap is reached.
@@ -143,40 +166,47 @@ public:
 private:
   enum class phase { idle, header, body, handling, writing, closed };
 
+  // A connection waits for its next request under the idle timeout; once
+  // bytes of a request are seen, the header timeout applies. Beast parses a
+  // header only when it is complete, so the first bytes are noticed by the
+  // deadline check (see `on_timeout`), which runs every quarter header
+  // timeout while the connection is idle.
   void wait_for_request() {
     if (srv_->stopping) {
       close();
       return;
     }
-    if (buffer_.size() > 0) { // pipelined bytes are already here
-      read_header();
-      return;
-    }
-    phase_ = phase::idle;
-    arm(srv_->opts.idle_timeout);
-    stream_.socket().async_wait(
-      tcp::socket::wait_read,
-      [self = shared_from_this()](beast::error_code ec) {
-        if (ec || self->phase_ != phase::idle)
-          return self->close();
-        self->read_header();
-      });
-  }
-
-  void read_header() {
-    phase_ = phase::header;
     timed_out_ = false;
     ++req_id_;
     parser_.emplace();
     parser_->body_limit(srv_->opts.body_limit);
     parser_->header_limit(
       static_cast<std::uint32_t>(srv_->opts.header_limit));
-    arm(srv_->opts.header_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec,
-                                                        std::size_t) {
-                              self->on_header(ec);
-                            });
+    if (buffer_.size() > 0) { // pipelined bytes are already here
+      phase_ = phase::header;
+      arm(srv_->opts.header_timeout);
+    } else {
+      phase_ = phase::idle;
+      idle_since_ns_ = now_ns();
+      arm(std::min(idle_check(), srv_->opts.idle_timeout));
+    }
+    read_header();
+  }
+
+  void read_header() {
+    http::async_read_some(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+        if (ec)
+          return self->on_read_error(ec);
+        if (self->phase_ == phase::idle) {
+          self->phase_ = phase::header;
+          self->arm(self->srv_->opts.header_timeout);
+        }
+        if (self->parser_->is_header_done())
+          return self->on_header({});
+        self->read_header();
+      });
   }
 
   void on_header(beast::error_code ec) {
@@ -302,18 +332,49 @@ private:
                       });
   }
 
+  // How often an idle connection is looked at for the first bytes of a
+  // request: a request's header timeout starts at most this late.
+  std::chrono::milliseconds idle_check() const {
+    return std::max(srv_->opts.header_timeout / 4,
+                    std::chrono::milliseconds(100));
+  }
+
+  // Sets the deadline of the current phase. No timer per connection: the
+  // server's sweep checks every deadline a few times a second, which costs
+  // no syscall per request (an asio timer re-armed per phase did, and its
+  // cancelled waits each ran a handler).
   void arm(std::chrono::milliseconds timeout) {
-    auto gen = ++timer_gen_;
-    timer_.expires_after(timeout);
-    timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
-      if (!ec && gen == self->timer_gen_)
-        self->on_timeout();
-    });
+    deadline_ns_.store(now_ns()
+                         + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             timeout)
+                             .count(),
+                       std::memory_order_relaxed);
   }
 
   void on_timeout() {
     switch (phase_) {
-      case phase::idle:
+      case phase::idle: {
+        beast::error_code ec;
+        auto waiting = stream_.socket().available(ec);
+        if (buffer_.size() > 0 || (!ec && waiting > 0)) {
+          // A request has begun: from now on it has the header timeout.
+          phase_ = phase::header;
+          arm(srv_->opts.header_timeout);
+          break;
+        }
+        auto idle_for = std::chrono::nanoseconds(now_ns() - idle_since_ns_);
+        auto idle_limit = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          srv_->opts.idle_timeout);
+        if (idle_for >= idle_limit) {
+          close();
+          break;
+        }
+        arm(std::min(idle_check(),
+                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                       idle_limit - idle_for)
+                       + std::chrono::milliseconds(1)));
+        break;
+      }
       case phase::writing:
         close();
         break;
@@ -342,8 +403,8 @@ private:
     if (phase_ == phase::closed)
       return;
     phase_ = phase::closed;
-    ++timer_gen_;
-    timer_.cancel();
+    deadline_ns_.store(std::numeric_limits<int64_t>::max(),
+                       std::memory_order_relaxed);
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.socket().close(ignored);
@@ -352,14 +413,14 @@ private:
 
   std::shared_ptr<http_server::impl> srv_;
   beast::tcp_stream stream_;
-  net::steady_timer timer_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;
   std::string remote_;
   uint64_t id_;
   uint64_t req_id_ = 0;
-  uint64_t timer_gen_ = 0;
+  std::atomic<int64_t> deadline_ns_{std::numeric_limits<int64_t>::max()};
+  int64_t idle_since_ns_ = 0;
   phase phase_ = phase::idle;
   bool timed_out_ = false;
   bool keep_alive_ = true;
@@ -406,7 +467,31 @@ void http_server::impl::session_closed(uint64_t id) {
   if (--connections == 0 && stopping)
     net::post(acceptor.get_executor(), [self = shared_from_this()] {
       self->grace.cancel();
+      self->sweeper.cancel();
     });
+}
+
+/// Deadline granularity: timeouts fire up to this much late.
+constexpr auto sweep_interval = std::chrono::milliseconds(100);
+
+void http_server::impl::sweep() {
+  std::vector<std::shared_ptr<session>> due;
+  auto now = session::now_ns();
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    for (auto& [id, weak] : sessions)
+      if (auto s = weak.lock(); s && s->overdue(now))
+        due.push_back(std::move(s));
+  }
+  for (auto& s : due)
+    s->check_deadline();
+  if (stopping && connections == 0)
+    return;
+  sweeper.expires_after(sweep_interval);
+  sweeper.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (!ec)
+      self->sweep();
+  });
 }
 
 void http_server::impl::begin_stop() {
@@ -425,8 +510,10 @@ void http_server::impl::begin_stop() {
   }
   for (auto& s : open)
     s->shutdown();
-  if (connections == 0)
+  if (connections == 0) {
+    sweeper.cancel();
     return;
+  }
   grace.expires_after(opts.shutdown_grace);
   grace.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (!ec) {
@@ -490,8 +577,10 @@ void http_server::run(bool handle_signals) {
     });
   }
   net::dispatch(st.acceptor.get_executor(), [ptr = impl_] {
-    if (!ptr->stopping)
+    if (!ptr->stopping) {
       ptr->do_accept();
+      ptr->sweep();
+    }
   });
   std::vector<std::thread> extra;
   for (unsigned i = 1; i < std::max(1u, st.opts.threads); ++i)

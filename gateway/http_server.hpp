@@ -28,7 +28,7 @@ struct http_server_options {
   /// Keep-alive connection with no request for this long is closed.
   std::chrono::milliseconds idle_timeout{60000};
   /// From a complete request to its response being written; beyond: 503.
-  std::chrono::milliseconds response_timeout{30000};
+  std::chrono::milliseconds response_timeout{10000};
   /// Open connections at most; beyond, new ones get 503 and are closed.
   std::size_t max_connections = 10000;
   /// Longest wait for in-flight requests on shutdown.

@@ -43,7 +43,7 @@ node_config::node_config() {
     .add(body_timeout, "body-timeout", "time to receive the body (408)")
     .add(idle_timeout, "idle-timeout", "keep-alive connection idle time")
     .add(response_timeout, "response-timeout",
-         "time from request to response before 503")
+         "time from request to response before 503 (bounds every decision)")
     .add(max_connections, "max-connections", "open connections at most")
     .add(shutdown_grace, "shutdown-grace",
          "longest wait for in-flight requests on shutdown");
@@ -53,8 +53,6 @@ node_config::node_config() {
          "an idle key actor leaves memory after this long")
     .add(max_live_keys, "max-live", "live key actors at most (503 beyond)")
     .add(registry_shards, "registry-shards", "registry actors")
-    .add(claim_timeout, "claim-timeout", "bound on one decision (503)")
-    .add(store_timeout, "store-timeout", "bound on one store operation")
     .add(gateway_actors, "gateway-actors", "gateway (bridge) actors");
   opt_group{custom_options_, "store"}
     .add(max_batch, "max-batch", "operations per transaction at most")
@@ -87,8 +85,6 @@ std::string node_config::validate() const {
     return "keys.ttl must be positive";
   if (key_idle_timeout <= caf::timespan::zero())
     return "keys.idle-timeout must be positive";
-  if (store_timeout >= key_idle_timeout)
-    return "keys.store-timeout must be shorter than keys.idle-timeout";
   if (max_live_keys < 1)
     return "keys.max-live must be positive";
   if (registry_shards < 1 || registry_shards > 256)
@@ -118,7 +114,6 @@ node_options node_config::node_opts() const {
   res.store_actor.max_pending = static_cast<uint32_t>(max_pending);
   res.registry.max_live_keys = max_live_keys;
   res.registry.key.idle_timeout = key_idle_timeout;
-  res.registry.key.store_timeout = store_timeout;
   res.registry_shards = static_cast<uint32_t>(registry_shards);
   res.alarm.chunk = static_cast<uint32_t>(purge_chunk);
   res.alarm.max_interval = alarm_max_interval;
@@ -182,7 +177,6 @@ node_config::webhook_opts(const env_lookup& env, std::string& error) const {
 
 gateway_actor_options node_config::gateway_opts() const {
   gateway_actor_options res;
-  res.claim_timeout = claim_timeout;
   res.actors = gateway_actors;
   return res;
 }

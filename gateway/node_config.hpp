@@ -50,7 +50,7 @@ public:
   caf::timespan header_timeout = std::chrono::seconds(5);
   caf::timespan body_timeout = std::chrono::seconds(5);
   caf::timespan idle_timeout = std::chrono::seconds(60);
-  caf::timespan response_timeout = std::chrono::seconds(30);
+  caf::timespan response_timeout = std::chrono::seconds(10);
   size_t max_connections = 10000;
   caf::timespan shutdown_grace = std::chrono::seconds(10);
 
@@ -59,8 +59,6 @@ public:
   caf::timespan key_idle_timeout = std::chrono::seconds(30);
   size_t max_live_keys = 1'000'000;
   size_t registry_shards = 1;
-  caf::timespan claim_timeout = std::chrono::seconds(10);
-  caf::timespan store_timeout = std::chrono::seconds(10);
   size_t gateway_actors = 1;
 
   // [store]

@@ -1,0 +1,49 @@
+-- Shared by the oncegate wrk scenarios: unique key prefixes per run and
+-- thread, status counting, and a machine-readable summary line.
+local threads = {}
+local next_id = 0
+
+function setup(thread)
+  thread:set("id", next_id)
+  next_id = next_id + 1
+  table.insert(threads, thread)
+end
+
+function init(args)
+  run = args[1] or tostring(os.time())
+  n = 0
+  statuses = {}
+end
+
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+
+body = '{"exchange":"BINANCE","symbol":"BTCUSDT","action":"buy","qty":1}'
+headers_for = function(key)
+  return { ["Content-Type"] = "application/json", ["Idempotency-Key"] = key }
+end
+
+function done(summary, latency, requests)
+  local counts = {}
+  for _, t in ipairs(threads) do
+    local s = t:get("statuses")
+    for code, c in pairs(s) do
+      counts[code] = (counts[code] or 0) + c
+    end
+  end
+  local parts = {}
+  for code, c in pairs(counts) do
+    table.insert(parts, code .. ":" .. c)
+  end
+  table.sort(parts)
+  io.write(string.format(
+    "RESULT requests=%d seconds=%.3f rps=%.1f p50_us=%d p90_us=%d p99_us=%d max_us=%d errors=%d statuses=%s\n",
+    summary.requests, summary.duration / 1e6,
+    summary.requests / (summary.duration / 1e6),
+    latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency.max,
+    summary.errors.connect + summary.errors.read + summary.errors.write
+      + summary.errors.status + summary.errors.timeout,
+    table.concat(parts, ",")))
+end
