@@ -26,6 +26,15 @@ struct key_state {
 
 using key_pointer = key_actor::stateful_pointer<key_state>;
 
+// Caches what decisions need. The request body can be large and is never
+// needed for a decision: it stays in the store only (less memory per live
+// key actor).
+void remember(key_state& st, const record& rec) {
+  st.cached = rec;
+  st.cached->signal.clear();
+  st.cached->signal.shrink_to_fit();
+}
+
 // Answers a claim from the cached record, when it is live at the claim's
 // own timestamp.
 std::optional<claim_result> decide_cached(const key_state& st,
@@ -62,7 +71,7 @@ key_actor::behavior_type key_impl(key_pointer self,
                     std::move(req))
         .await(
           [self, rp](claim_result& res) mutable {
-            self->state.cached = res.rec;
+            remember(self->state, res.rec);
             rp.deliver(std::move(res));
           },
           [self, rp](caf::error& err) mutable {
@@ -79,11 +88,10 @@ key_actor::behavior_type key_impl(key_pointer self,
                     std::move(upd))
         .await(
           [self, rp](update_result& res) mutable {
-            auto& cached = self->state.cached;
             if (res.current.found)
-              cached = res.current.rec;
+              remember(self->state, res.current.rec);
             else
-              cached.reset();
+              self->state.cached.reset();
             rp.deliver(std::move(res));
           },
           [self, rp](caf::error& err) mutable {
@@ -94,15 +102,14 @@ key_actor::behavior_type key_impl(key_pointer self,
     },
     [self](get_atom) -> caf::result<lookup_result> {
       auto& st = self->state;
-      if (st.cached)
-        return lookup_result{true, *st.cached};
+      // The cache drops the signal; lookups read the store, which has it.
       auto rp = self->make_response_promise<lookup_result>();
       self->request(st.store, caf::infinite, get_atom::value, st.route,
                     st.key)
         .await(
           [self, rp](lookup_result& res) mutable {
             if (res.found)
-              self->state.cached = res.rec;
+              remember(self->state, res.rec);
             rp.deliver(std::move(res));
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });

@@ -53,7 +53,10 @@ node_config::node_config() {
          "an idle key actor leaves memory after this long")
     .add(max_live_keys, "max-live", "live key actors at most (503 beyond)")
     .add(registry_shards, "registry-shards", "registry actors")
-    .add(gateway_actors, "gateway-actors", "gateway (bridge) actors");
+    .add(gateway_actors, "gateway-actors", "gateway (bridge) actors")
+    .add(decision_cache, "decision-cache",
+         "completed decisions cached for duplicates on HTTP threads "
+         "(entries; 0: off)");
   opt_group{custom_options_, "store"}
     .add(max_batch, "max-batch", "operations per transaction at most")
     .add(max_pending, "max-pending",
@@ -150,6 +153,7 @@ node_config::webhook_opts(const env_lookup& env, std::string& error) const {
     return std::nullopt;
   res.routes = std::move(*routes);
   res.admin.token = admin_token;
+  res.decision_cache = decision_cache;
   if (!admin_token_env.empty()) {
     auto val = env(admin_token_env);
     if (!val || val->empty()) {

@@ -60,6 +60,7 @@ public:
   size_t max_live_keys = 1'000'000;
   size_t registry_shards = 1;
   size_t gateway_actors = 1;
+  size_t decision_cache = 100'000;
 
   // [store]
   size_t max_batch = 1024;

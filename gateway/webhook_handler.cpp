@@ -7,6 +7,7 @@
 
 #include "common/logging.hpp"
 #include "common/sha256.hpp"
+#include "actors/registry.hpp"
 #include "gateway/auth.hpp"
 #include "gateway/idempotency_key.hpp"
 #include "gateway/json_text.hpp"
@@ -104,6 +105,13 @@ std::string stored_content_type(const std::string& headers) {
     text.remove_prefix(std::min(text.size(), line.size() + 1));
   }
   return "application/json";
+}
+
+http_response key_reused(const idempotency_key& key) {
+  return make_problem({422, "key-reused", "Idempotency key reused",
+                       "this idempotency key was used with a different "
+                       "payload; nothing was executed"},
+                      key.value);
 }
 
 http_response duplicate_response(const route_config& route,
@@ -217,7 +225,11 @@ http_response make_problem(const rejection& why, const std::string& key) {
 
 webhook_handler::webhook_handler(webhook_options opts, node_service& node,
                                  wall_clock_fn now)
-  : opts_(std::move(opts)), node_(node), now_(std::move(now)), metrics_([&] {
+  : opts_(std::move(opts)),
+    node_(node),
+    now_(std::move(now)),
+    cache_(opts_.decision_cache),
+    metrics_([&] {
       std::vector<std::string> names;
       for (auto& r : opts_.routes.routes)
         names.push_back(r.name);
@@ -233,6 +245,9 @@ struct webhook_handler::key_info {
   int64_t first_seen_ms = 0;
   uint64_t conn = 0;
   uint64_t req = 0;
+  /// Decision cache epoch read before the claim was submitted.
+  uint64_t epoch = 0;
+  std::string routing;
 };
 
 std::size_t webhook_handler::body_limit(std::string_view target) const {
@@ -378,6 +393,25 @@ void webhook_handler::handle_webhook(const route_config& route,
   if (auto why = std::get_if<rejection>(&selected))
     return reject(*why, outcome::bad_request);
   auto key = std::get<idempotency_key>(std::move(selected));
+  // Duplicates of completed keys are answered here, on the HTTP thread,
+  // from committed decisions; everything else asks the key's actor.
+  auto routing = routing_key(route.name, key.value);
+  if (auto hit = cache_.lookup(routing, body.fingerprint, now,
+                               route.on_duplicate == duplicate_policy::replay)) {
+    if (!hit->same_payload) {
+      metrics_.count(idx, outcome::mismatch);
+      return done(key_reused(key));
+    }
+    metrics_.count(idx, outcome::duplicate);
+    record rec;
+    rec.state = record_state::completed;
+    rec.first_seen_ms = hit->first_seen_ms;
+    rec.status = hit->status;
+    rec.headers = std::move(hit->headers);
+    rec.response = std::move(hit->response);
+    return done(duplicate_response(route, rec, key));
+  }
+  auto epoch = cache_.epoch(routing);
   claim_request claim;
   claim.route = route.name;
   claim.key = key.value;
@@ -405,7 +439,8 @@ void webhook_handler::handle_webhook(const route_config& route,
   node_.claim(
     std::move(claim),
     [this, idx, &route, done = std::move(done), key = std::move(key),
-     conn = req.conn_id, rid = req.req_id, forwarding,
+     conn = req.conn_id, rid = req.req_id, forwarding, epoch,
+     routing = std::move(routing),
      forward_body = std::move(forward_body),
      content_type = std::move(content_type)](reply<claim_result> rep) mutable {
       http_response res;
@@ -418,13 +453,15 @@ void webhook_handler::handle_webhook(const route_config& route,
         return done(std::move(res));
       }
       auto& rec = rep.value.rec;
+      cache_.remember(routing, rec, epoch);
       switch (rep.value.outcome) {
         case decision::accepted:
         case decision::renewed:
           metrics_.count(idx, outcome::granted);
           if (forwarding) {
-            auto info = std::make_shared<key_info>(
-              key_info{std::move(key), rec.first_seen_ms, conn, rid});
+            auto info = std::make_shared<key_info>(key_info{
+              std::move(key), rec.first_seen_ms, conn, rid, epoch,
+              std::move(routing)});
             return forward(route, std::move(info), std::move(forward_body),
                            std::move(content_type), std::move(done));
           }
@@ -439,10 +476,7 @@ void webhook_handler::handle_webhook(const route_config& route,
           break;
         case decision::mismatch:
           metrics_.count(idx, outcome::mismatch);
-          res = make_problem({422, "key-reused", "Idempotency key reused",
-                              "this idempotency key was used with a "
-                              "different payload; nothing was executed"},
-                             key.value);
+          res = key_reused(key);
           break;
       }
       log::gateway()->debug("[C{}][R{}] claim.{} route={} status={}", conn,
@@ -514,8 +548,10 @@ void webhook_handler::forward(const route_config& route,
                                : "maybe_sent",
                          route.name, res.status, res.error);
     // The transition is made durable before the sender hears of it.
-    node_.update(std::move(upd), [fl, info, res = std::move(res)](
+    node_.update(std::move(upd), [this, fl, info, res = std::move(res)](
                                    reply<update_result> rep) mutable {
+      if (rep.ok && rep.value.current.found)
+        cache_.remember(info->routing, rep.value.current.rec, info->epoch);
       if (!rep.ok)
         log::gateway()->error("[C{}][R{}] upstream.unrecorded error={}",
                               info->conn, info->req, rep.detail);
@@ -679,8 +715,10 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
     log::gateway()->info("[C{}][R{}] admin.complete route={} status={}",
                          req.conn_id, req.req_id, route->name, code);
     return node_.update(
-      std::move(upd),
-      [done = std::move(done), k = *key](reply<update_result> rep) {
+      std::move(upd), [this, done = std::move(done), k = *key,
+                       routing = routing_key(route->name, *key)](
+                        reply<update_result> rep) {
+        cache_.forget(routing);
         if (!rep.ok) {
           auto res = make_problem(unavailable(rep.error), k);
           res.set("Retry-After", "1");
@@ -720,8 +758,12 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
     log::gateway()->info("[C{}][R{}] admin.release route={}", req.conn_id,
                          req.req_id, route->name);
     return node_.update(
-      std::move(upd),
-      [done = std::move(done), k = *key](reply<update_result> rep) {
+      std::move(upd), [this, done = std::move(done), k = *key,
+                       routing = routing_key(route->name, *key)](
+                        reply<update_result> rep) {
+        // Before the release is acknowledged, no HTTP thread may answer
+        // from the released decision any more.
+        cache_.forget(routing);
         if (!rep.ok) {
           auto res = make_problem(unavailable(rep.error), k);
           res.set("Retry-After", "1");

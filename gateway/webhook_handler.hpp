@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/clock.hpp"
+#include "gateway/decision_cache.hpp"
 #include "gateway/http_types.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/node_service.hpp"
@@ -29,6 +30,9 @@ struct webhook_options {
   route_table routes;
   payload_limits payload;
   admin_options admin;
+  /// Completed decisions kept for answering duplicates on HTTP threads
+  /// (entries; 0 disables).
+  std::size_t decision_cache = 100'000;
 };
 
 /// Maps HTTP requests to node operations and answers to HTTP responses:
@@ -61,6 +65,7 @@ private:
   webhook_options opts_;
   node_service& node_;
   wall_clock_fn now_;
+  decision_cache cache_;
   gateway_metrics metrics_;
   /// Last member: destroyed first, so its thread stops before anything its
   /// callbacks use goes away.

@@ -54,6 +54,7 @@ enum stmt_id : size_t {
   stmt_commit,
   stmt_rollback,
   stmt_select_record,
+  stmt_insert_new,
   stmt_upsert_record,
   stmt_complete,
   stmt_mark_in_doubt,
@@ -80,6 +81,12 @@ const char* const statements[stmt_count_ids] = {
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
   "       response, signal, headers"
   "  FROM records WHERE route = ?1 AND key = ?2",
+  // stmt_insert_new: most claims are for new keys; one statement decides
+  // them (a conflict changes nothing and falls back to reading the row).
+  "INSERT INTO records(route, key, state, fingerprint,"
+  "  first_seen_ms, expires_at_ms, status, response, signal, headers)"
+  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+  "  ON CONFLICT(route, key) DO NOTHING",
   // stmt_upsert_record
   "INSERT OR REPLACE INTO records(route, key, state, fingerprint,"
   "  first_seen_ms, expires_at_ms, status, response, signal, headers)"
@@ -446,6 +453,30 @@ void sqlite_store::rollback() {
 caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
   auto db = impl_->db;
   claim_result result;
+  auto bind_new = [&](sqlite3_stmt* st, const record& rec) {
+    bind_text(st, 1, rec.route);
+    bind_text(st, 2, rec.key);
+    sqlite3_bind_int(st, 3, static_cast<int>(rec.state));
+    bind_blob(st, 4, rec.fingerprint);
+    sqlite3_bind_int64(st, 5, rec.first_seen_ms);
+    sqlite3_bind_int64(st, 6, rec.expires_at_ms);
+    sqlite3_bind_int(st, 7, rec.status);
+    bind_blob(st, 8, rec.response);
+    bind_blob(st, 9, rec.signal);
+    bind_blob(st, 10, rec.headers);
+  };
+  {
+    result.rec = make_record(req);
+    auto st = impl_->stmts[stmt_insert_new];
+    stmt_guard guard{st};
+    bind_new(st, result.rec);
+    if (sqlite3_step(st) != SQLITE_DONE)
+      return sqlite_error(db, "insert record");
+    if (sqlite3_changes(db) == 1) {
+      result.outcome = decision::accepted;
+      return result;
+    }
+  }
   bool existed = false;
   {
     auto st = impl_->stmts[stmt_select_record];
@@ -471,21 +502,11 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
   }
   result.outcome = existed ? decision::renewed : decision::accepted;
   result.rec = make_record(req);
-  auto& rec = result.rec;
   auto st = impl_->stmts[stmt_upsert_record];
   stmt_guard guard{st};
-  bind_text(st, 1, rec.route);
-  bind_text(st, 2, rec.key);
-  sqlite3_bind_int(st, 3, static_cast<int>(rec.state));
-  bind_blob(st, 4, rec.fingerprint);
-  sqlite3_bind_int64(st, 5, rec.first_seen_ms);
-  sqlite3_bind_int64(st, 6, rec.expires_at_ms);
-  sqlite3_bind_int(st, 7, rec.status);
-  bind_blob(st, 8, rec.response);
-  bind_blob(st, 9, rec.signal);
-  bind_blob(st, 10, rec.headers);
+  bind_new(st, result.rec);
   if (sqlite3_step(st) != SQLITE_DONE)
-    return sqlite_error(db, "insert record");
+    return sqlite_error(db, "replace record");
   return result;
 }
 

@@ -1,0 +1,94 @@
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/record.hpp"
+
+namespace oncegate::gateway {
+
+/// What a cache hit says about a duplicate.
+struct cache_hit {
+  /// Same payload fingerprint as the stored record (else: key reused).
+  bool same_payload = false;
+  int64_t first_seen_ms = 0;
+  uint16_t status = 0;
+  /// Filled only when asked for (replay).
+  std::string headers;
+  std::string response;
+};
+
+/// Completed, committed decisions that HTTP threads may answer duplicates
+/// from without a round trip through the actors.
+///
+/// Only records in state `completed` are kept: they never change until they
+/// expire (checked on every lookup against the request's time) or an
+/// operator releases them. A release calls `forget` before it is
+/// acknowledged; `remember` carries the shard epoch read before the claim was
+/// submitted and is dropped when a release happened in between, so a
+/// decision that was current when it was made cannot outlive a release.
+/// Anything else (in flight, in doubt, unknown) is a miss and goes to the
+/// key's actor. Thread-safe; sharded mutexes.
+class decision_cache {
+public:
+  /// `capacity` entries at most (oldest inserted evicted first); 0 disables
+  /// the cache.
+  explicit decision_cache(std::size_t capacity);
+
+  bool enabled() const {
+    return capacity_ > 0;
+  }
+
+  /// The release epoch of the shard holding `routing`.
+  uint64_t epoch(std::string_view routing) const;
+
+  /// Looks up a live completed record for `routing` at `now_ms`.
+  std::optional<cache_hit> lookup(std::string_view routing,
+                                  std::string_view fingerprint, int64_t now_ms,
+                                  bool with_body) const;
+
+  /// Keeps `rec` if it is completed and no release happened in its shard
+  /// since `epoch_seen`; a newer record of the key wins over an older one.
+  void remember(const std::string& routing, const record& rec,
+                uint64_t epoch_seen);
+
+  /// Drops `routing` and advances its shard's epoch.
+  void forget(std::string_view routing);
+
+  /// Entries held (tests, metrics).
+  std::size_t size() const;
+
+private:
+  struct entry {
+    std::string fingerprint;
+    int64_t first_seen_ms = 0;
+    int64_t expires_at_ms = 0;
+    uint16_t status = 0;
+    std::string headers;
+    std::string response;
+  };
+
+  struct shard {
+    mutable std::mutex mtx;
+    std::unordered_map<std::string, entry> map;
+    /// Insertion order for eviction (may hold keys erased since).
+    std::deque<std::string> order;
+    std::atomic<uint64_t> epoch{0};
+  };
+
+  shard& shard_for(std::string_view routing) const;
+
+  std::size_t capacity_;
+  std::size_t per_shard_;
+  mutable std::vector<shard> shards_;
+};
+
+} // namespace oncegate::gateway
