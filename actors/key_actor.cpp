@@ -1,5 +1,7 @@
 #include "actors/key_actor.hpp"
 
+#include <algorithm>
+#include <array>
 #include <optional>
 #include <utility>
 
@@ -14,12 +16,25 @@ namespace oncegate {
 
 namespace {
 
+/// What decisions need of a committed record, compactly: a live key actor's
+/// memory is the product's memory per open key.
+struct cached_record {
+  std::array<char, 32> fingerprint{};
+  bool fingerprint_ok = false;
+  record_state state = record_state::completed;
+  uint16_t status = 0;
+  int64_t first_seen_ms = 0;
+  int64_t expires_at_ms = 0;
+  std::string headers;
+  std::string response;
+};
+
 struct key_state {
   persistence::store_actor store;
   std::string route;
   std::string key;
   /// The committed record, when known. Empty: ask the store.
-  std::optional<record> cached;
+  std::optional<cached_record> cached;
 
   static inline const char* name = "oncegate.key";
 };
@@ -30,21 +45,42 @@ using key_pointer = key_actor::stateful_pointer<key_state>;
 // needed for a decision: it stays in the store only (less memory per live
 // key actor).
 void remember(key_state& st, const record& rec) {
-  st.cached = rec;
-  st.cached->signal.clear();
-  st.cached->signal.shrink_to_fit();
+  auto& c = st.cached.emplace();
+  c.fingerprint_ok = rec.fingerprint.size() == c.fingerprint.size();
+  if (c.fingerprint_ok)
+    std::copy(rec.fingerprint.begin(), rec.fingerprint.end(),
+              c.fingerprint.begin());
+  c.state = rec.state;
+  c.status = rec.status;
+  c.first_seen_ms = rec.first_seen_ms;
+  c.expires_at_ms = rec.expires_at_ms;
+  c.headers = rec.headers;
+  c.response = rec.response;
 }
 
 // Answers a claim from the cached record, when it is live at the claim's
 // own timestamp.
 std::optional<claim_result> decide_cached(const key_state& st,
                                           const claim_request& req) {
-  if (!st.cached || !live(*st.cached, req.now_ms))
+  if (!st.cached || !st.cached->fingerprint_ok
+      || req.now_ms >= st.cached->expires_at_ms)
     return std::nullopt;
+  auto& c = *st.cached;
   claim_result res;
-  res.outcome = st.cached->fingerprint == req.fingerprint ? decision::duplicate
-                                                          : decision::mismatch;
-  res.rec = *st.cached;
+  auto same = req.fingerprint.size() == c.fingerprint.size()
+              && std::equal(c.fingerprint.begin(), c.fingerprint.end(),
+                            req.fingerprint.begin());
+  res.outcome = same ? decision::duplicate : decision::mismatch;
+  auto& rec = res.rec;
+  rec.route = st.route;
+  rec.key = st.key;
+  rec.state = c.state;
+  rec.fingerprint.assign(c.fingerprint.begin(), c.fingerprint.end());
+  rec.first_seen_ms = c.first_seen_ms;
+  rec.expires_at_ms = c.expires_at_ms;
+  rec.status = c.status;
+  rec.headers = c.headers;
+  rec.response = c.response;
   return res;
 }
 

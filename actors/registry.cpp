@@ -43,14 +43,16 @@ struct registry_state {
   registry_options opts;
   child_map children;
   lru_list lru;
-  /// Which routing key a live actor serves, to forget it when it goes down.
-  std::unordered_map<caf::actor_addr, std::string> by_addr;
+  /// Which entry a live actor is, to forget it when it goes down (by actor
+  /// id: no second copy of the key per live actor).
+  std::unordered_map<caf::actor_id, child_map::value_type*> by_id;
   bool sweep_armed = false;
   registry_stats stats;
 
   static inline const char* name = "oncegate.registry";
 
   void forget(child_map::iterator i) {
+    by_id.erase(i->second.hdl.id());
     lru.erase(i->second.pos);
     children.erase(i);
   }
@@ -103,12 +105,13 @@ child* route_to(registry_pointer self, const std::string& route,
     return nullptr;
   }
   auto hdl = spawn_key_actor(self, st.store, route, key, st.opts.key);
-  st.by_addr.emplace(hdl.address(), routing);
   ++st.stats.spawned;
+  auto id = hdl.id();
   auto& entry = *st.children.emplace(std::move(routing),
                                      child{std::move(hdl), {}, now})
                    .first;
   entry.second.pos = st.lru.insert(st.lru.end(), &entry);
+  st.by_id.emplace(id, &entry);
   arm_sweep(self);
   return &entry.second;
 }
@@ -127,18 +130,14 @@ registry_impl(registry_pointer self, persistence::store_actor store,
   });
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& st = self->state;
-    auto i = st.by_addr.find(msg.source);
-    if (i == st.by_addr.end())
-      return;
-    auto j = st.children.find(i->second);
     // A crashed actor leaves here; one that was swept is gone already (and a
-    // successor under the same key must stay).
-    if (j != st.children.end() && j->second.hdl.address() == msg.source) {
-      log::actors()->warn("registry.child_down reason={}",
-                          self->system().render(msg.reason));
-      st.forget(j);
-    }
-    st.by_addr.erase(i);
+    // successor under the same key has another id).
+    auto i = st.by_id.find(msg.source.id());
+    if (i == st.by_id.end())
+      return;
+    log::actors()->warn("registry.child_down reason={}",
+                        self->system().render(msg.reason));
+    st.forget(st.children.find(i->second->first));
   });
   return {
     [self](claim_atom, claim_request& req) -> caf::delegated<claim_result> {
