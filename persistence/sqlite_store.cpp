@@ -102,13 +102,16 @@ const char* const statements[stmt_count_ids] = {
   // stmt_release
   "DELETE FROM records"
   "  WHERE route = ?1 AND key = ?2 AND (?3 = 0 OR first_seen_ms = ?3)",
-  // stmt_list_state: through the unsettled index (state != 1) or a scan.
+  // stmt_list_state: through the unsettled index (state != 1; only for
+  // the unsettled states it lists).
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
   "       response, signal, headers, key"
   "  FROM records WHERE route = ?1 AND state = ?2 AND key > ?3"
+  "    AND state != 1"
   "  ORDER BY key LIMIT ?4",
-  // stmt_doubt_in_flight
-  "UPDATE records SET state = 2 WHERE state = 0",
+  // stmt_doubt_in_flight. `state != 1` repeats the partial index's WHERE so
+  // that SQLite uses the index instead of scanning every record at start.
+  "UPDATE records SET state = 2 WHERE state = 0 AND state != 1",
   // stmt_purge: oldest first through the expiry index, bounded.
   "DELETE FROM records WHERE rowid IN ("
   "  SELECT rowid FROM records WHERE expires_at_ms <= ?1"
