@@ -10,6 +10,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "gateway/url.hpp"
+
 namespace oncegate::gateway {
 
 namespace {
@@ -66,17 +68,6 @@ int base64_value(char c) {
   return -1;
 }
 
-// -- hex ----------------------------------------------------------------------
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
 
 std::optional<std::string> hex_decode(std::string_view in) {
   if (in.size() % 2 != 0)

@@ -2,8 +2,6 @@
 
 namespace oncegate::gateway {
 
-namespace {
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9')
     return c - '0';
@@ -13,8 +11,6 @@ int hex_value(char c) {
     return c - 'A' + 10;
   return -1;
 }
-
-} // namespace
 
 std::optional<std::string> percent_decode(std::string_view in,
                                           bool plus_is_space) {

@@ -6,6 +6,9 @@
 
 namespace oncegate::gateway {
 
+/// The value of one hexadecimal digit, or -1.
+int hex_value(char c);
+
 /// Decodes `%XX` escapes (and `+` as space when `plus_is_space`); nothing
 /// when an escape is malformed.
 std::optional<std::string> percent_decode(std::string_view in,

@@ -87,6 +87,13 @@ rejection unavailable(errc error) {
               "retry later"};
 }
 
+// 503 with Retry-After: the node could not decide; nothing was executed.
+http_response unavailable_response(errc error, const std::string& key) {
+  auto res = make_problem(unavailable(error), key);
+  res.set("Retry-After", "1");
+  return res;
+}
+
 // Adds members to a problem body (which ends with `}`).
 void extend_problem(http_response& res, const std::string& members) {
   res.body.pop_back();
@@ -446,8 +453,7 @@ void webhook_handler::handle_webhook(const route_config& route,
       http_response res;
       if (!rep.ok) {
         metrics_.count(idx, outcome::unavailable);
-        res = make_problem(unavailable(rep.error), key.value);
-        res.set("Retry-After", "1");
+        res = unavailable_response(rep.error, key.value);
         log::gateway()->warn("[C{}][R{}] claim.failed route={} error={}",
                              conn, rid, route.name, rep.detail);
         return done(std::move(res));
@@ -619,9 +625,7 @@ void webhook_handler::handle_admin_list(http_request& req, responder& done) {
   node_.list(route->name, state, std::move(after), limit,
              [done = std::move(done)](reply<record_page> rep) {
                if (!rep.ok) {
-                 auto res = make_problem(unavailable(rep.error));
-                 res.set("Retry-After", "1");
-                 return done(std::move(res));
+                 return done(unavailable_response(rep.error, {}));
                }
                std::string body = R"({"records":[)";
                bool first = true;
@@ -720,9 +724,7 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
                         reply<update_result> rep) {
         cache_.forget(routing);
         if (!rep.ok) {
-          auto res = make_problem(unavailable(rep.error), k);
-          res.set("Retry-After", "1");
-          return done(std::move(res));
+          return done(unavailable_response(rep.error, k));
         }
         if (!rep.value.applied)
           return done(make_problem(
@@ -741,9 +743,7 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
       route->name, *key,
       [done = std::move(done), k = *key](reply<lookup_result> rep) {
         if (!rep.ok) {
-          auto res = make_problem(unavailable(rep.error), k);
-          res.set("Retry-After", "1");
-          return done(std::move(res));
+          return done(unavailable_response(rep.error, k));
         }
         if (!rep.value.found)
           return done(not_found("no record for this key"));
@@ -765,9 +765,7 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
         // from the released decision any more.
         cache_.forget(routing);
         if (!rep.ok) {
-          auto res = make_problem(unavailable(rep.error), k);
-          res.set("Retry-After", "1");
-          return done(std::move(res));
+          return done(unavailable_response(rep.error, k));
         }
         if (!rep.value.applied)
           return done(not_found("no record for this key"));

@@ -49,7 +49,7 @@ sources_of() {
     fuzz_canonical_json)
       echo gateway/payload.cpp gateway/json_text.cpp common/sha256.cpp ;;
     fuzz_standard_webhooks)
-      echo gateway/auth.cpp common/sha256.cpp ;;
+      echo gateway/auth.cpp gateway/url.cpp common/sha256.cpp ;;
     fuzz_idempotency_key)
       echo gateway/idempotency_key.cpp gateway/json_text.cpp \
            common/sha256.cpp gateway/auth.cpp gateway/url.cpp ;;
