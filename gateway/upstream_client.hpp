@@ -21,7 +21,9 @@ struct upstream_target {
   std::chrono::milliseconds connect_timeout{2000};
   /// No complete response within this after sending is "maybe sent": the
   /// key is in doubt.
-  std::chrono::milliseconds response_timeout{10000};
+  /// Keep below `http.response-timeout` (10 s) so the sender hears the
+  /// upstream outcome rather than a generic timeout.
+  std::chrono::milliseconds response_timeout{8000};
   /// Connections to this upstream at most (busy + idle); a request beyond
   /// is "not sent" (pool exhausted).
   std::size_t max_connections = 64;
