@@ -51,7 +51,7 @@ void run_purge(alarm_pointer self) {
           log::actors()->debug("alarm.purged count={} next_due_ms={}",
                                res.purged, res.next_due_ms);
         if (res.purged >= st.opts.chunk) {
-          arm(self, caf::timespan::zero()); // more are due: next chunk
+          arm(self, st.opts.chunk_pause); // more are due: next chunk
           return;
         }
         auto delay = st.opts.max_interval;

@@ -48,7 +48,11 @@ using alarm_actor = caf::typed_actor<
 
 struct alarm_options {
   /// Records deleted per purge transaction at most.
-  uint32_t chunk = 1000;
+  uint32_t chunk = 250;
+  /// Pause between full chunks, so that claims queued behind a purge get
+  /// their transactions first (a backlog of 1M expired records takes
+  /// seconds, not milliseconds, and no claim waits for more than a chunk).
+  caf::timespan chunk_pause = std::chrono::milliseconds(2);
   /// Longest sleep: bounds how late a record with an earlier expiry than the
   /// armed one (another route's TTL) is purged.
   caf::timespan max_interval = std::chrono::seconds(60);

@@ -74,7 +74,7 @@ public:
   std::string admin_token_file;
 
   // [alarm]
-  size_t purge_chunk = 1000;
+  size_t purge_chunk = 250;
   caf::timespan alarm_max_interval = std::chrono::seconds(60);
 };
 

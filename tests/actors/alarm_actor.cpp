@@ -47,6 +47,12 @@ CAF_TEST(the alarm purges expired records in bounded chunks) {
   *wall += 10'000;
   sched.advance_time(opts.alarm.max_interval);
   sched.run();
+  // One chunk per wake-up, a short pause between full chunks.
+  CAF_CHECK_EQUAL(alarm().purged, 100u);
+  for (int i = 0; i < 10 && alarm().purged < 250u; ++i) {
+    sched.advance_time(opts.alarm.chunk_pause);
+    sched.run();
+  }
   auto st = alarm();
   CAF_CHECK_EQUAL(st.purged, 250u);
   // Three chunks of at most 100, each its own transaction.
