@@ -5,8 +5,8 @@
 // thread count, and the registry shard count. Every run is bounded by
 // --requests.
 //
-//   claim_bench --scheduler.policy='sharing' --scheduler.max-threads=2 \
-//               --mode=unique --clients=64 --requests=50000
+//   claim_bench --mode=unique --clients=64 --requests=50000
+//   claim_bench --scheduler.policy='stealing' --mode=hot
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -66,6 +66,8 @@ enum stmt_id : size_t {
   stmt_count,
   stmt_get_version,
   stmt_set_version,
+  stmt_get_applied,
+  stmt_set_applied,
   stmt_count_ids, // number of statements
 };
 
@@ -124,6 +126,10 @@ const char* const statements[stmt_count_ids] = {
   "SELECT value FROM meta WHERE name = 'schema_version'",
   // stmt_set_version
   "INSERT OR REPLACE INTO meta(name, value) VALUES('schema_version', ?1)",
+  // stmt_get_applied
+  "SELECT value FROM meta WHERE name = 'applied_index'",
+  // stmt_set_applied
+  "INSERT OR REPLACE INTO meta(name, value) VALUES('applied_index', ?1)",
 };
 
 caf::error sqlite_error(sqlite3* db, const char* what) {
@@ -629,6 +635,25 @@ caf::expected<uint64_t> sqlite_store::count() {
   if (sqlite3_step(st) != SQLITE_ROW)
     return sqlite_error(impl_->db, "count");
   return static_cast<uint64_t>(sqlite3_column_int64(st, 0));
+}
+
+caf::expected<uint64_t> sqlite_store::applied_index() {
+  auto st = impl_->stmts[stmt_get_applied];
+  stmt_guard guard{st};
+  switch (sqlite3_step(st)) {
+    case SQLITE_ROW:
+      return static_cast<uint64_t>(sqlite3_column_int64(st, 0));
+    case SQLITE_DONE:
+      return uint64_t{0};
+    default:
+      return sqlite_error(impl_->db, "read applied index");
+  }
+}
+
+caf::error sqlite_store::set_applied_index(uint64_t index) {
+  sqlite3_bind_int64(impl_->stmts[stmt_set_applied], 1,
+                     static_cast<int64_t>(index));
+  return impl_->step_done(stmt_set_applied);
 }
 
 caf::error sqlite_store::limit_pages(uint64_t pages) {

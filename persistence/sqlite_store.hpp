@@ -92,6 +92,14 @@ public:
   /// Number of stored records.
   caf::expected<uint64_t> count();
 
+  /// The index of the last replicated log entry applied (0: none), kept in
+  /// the same file so that a restart replays only what came after it.
+  caf::expected<uint64_t> applied_index();
+
+  /// Records `index` as applied, inside the open transaction (so it commits
+  /// atomically with the entry's changes).
+  caf::error set_applied_index(uint64_t index);
+
   /// Caps the database at `pages` pages, so that writes beyond fail with
   /// SQLITE_FULL exactly as on a full disk. For failure tests and drills.
   caf::error limit_pages(uint64_t pages);

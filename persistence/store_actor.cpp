@@ -21,7 +21,8 @@ namespace {
 
 // One operation waiting for the next transaction.
 struct pending_op {
-  enum class kind { claim, update, purge } type;
+  enum class kind { claim, update, purge };
+  kind type = kind::claim;
   claim_request claim;
   record_update update;
   int64_t now_ms = 0;
@@ -171,7 +172,8 @@ store_actor::behavior_type store_impl(store_pointer self,
   });
   return {
     [self](claim_atom, claim_request& req) {
-      pending_op op{pending_op::kind::claim};
+      pending_op op;
+      op.type = pending_op::kind::claim;
       op.claim = std::move(req);
       op.claim_rp = self->make_response_promise<claim_result>();
       auto rp = op.claim_rp;
@@ -179,7 +181,8 @@ store_actor::behavior_type store_impl(store_pointer self,
       return rp;
     },
     [self](update_atom, record_update& upd) {
-      pending_op op{pending_op::kind::update};
+      pending_op op;
+      op.type = pending_op::kind::update;
       op.update = std::move(upd);
       op.update_rp = self->make_response_promise<update_result>();
       auto rp = op.update_rp;
@@ -194,7 +197,8 @@ store_actor::behavior_type store_impl(store_pointer self,
       return std::move(*res);
     },
     [self](purge_atom, int64_t now_ms, uint32_t limit) {
-      pending_op op{pending_op::kind::purge};
+      pending_op op;
+      op.type = pending_op::kind::purge;
       op.now_ms = now_ms;
       op.limit = limit;
       op.purge_rp = self->make_response_promise<purge_result>();

@@ -1,0 +1,280 @@
+#include "persistence/command.hpp"
+
+#include <cstring>
+
+#include "common/errc.hpp"
+#include "persistence/sqlite_store.hpp"
+
+namespace oncegate::persistence {
+
+namespace {
+
+constexpr uint32_t batch_magic = 0x3143474F; // "OGC1"
+
+class writer {
+public:
+  void u8(uint8_t x) {
+    out_.push_back(static_cast<char>(x));
+  }
+
+  void u16(uint16_t x) {
+    for (int i = 0; i < 2; ++i)
+      u8(static_cast<uint8_t>(x >> (8 * i)));
+  }
+
+  void u32(uint32_t x) {
+    for (int i = 0; i < 4; ++i)
+      u8(static_cast<uint8_t>(x >> (8 * i)));
+  }
+
+  void i64(int64_t x) {
+    auto u = static_cast<uint64_t>(x);
+    for (int i = 0; i < 8; ++i)
+      u8(static_cast<uint8_t>(u >> (8 * i)));
+  }
+
+  void str(const std::string& x) {
+    u32(static_cast<uint32_t>(x.size()));
+    out_ += x;
+  }
+
+  std::string finish() {
+    while (out_.size() % 8 != 0)
+      out_.push_back('\0');
+    return std::move(out_);
+  }
+
+private:
+  std::string out_;
+};
+
+class reader {
+public:
+  explicit reader(std::string_view in) : in_(in) {
+    // nop
+  }
+
+  bool u8(uint8_t& x) {
+    if (pos_ + 1 > in_.size())
+      return false;
+    x = static_cast<uint8_t>(in_[pos_++]);
+    return true;
+  }
+
+  bool u16(uint16_t& x) {
+    uint64_t v = 0;
+    if (!le(2, v))
+      return false;
+    x = static_cast<uint16_t>(v);
+    return true;
+  }
+
+  bool u32(uint32_t& x) {
+    uint64_t v = 0;
+    if (!le(4, v))
+      return false;
+    x = static_cast<uint32_t>(v);
+    return true;
+  }
+
+  bool i64(int64_t& x) {
+    uint64_t v = 0;
+    if (!le(8, v))
+      return false;
+    x = static_cast<int64_t>(v);
+    return true;
+  }
+
+  bool str(std::string& x) {
+    uint32_t len = 0;
+    if (!u32(len) || len > in_.size() - pos_)
+      return false;
+    x.assign(in_.substr(pos_, len));
+    pos_ += len;
+    return true;
+  }
+
+  // Only zero padding (less than 8 bytes) may follow the last command.
+  bool at_padding() const {
+    if (in_.size() - pos_ >= 8)
+      return false;
+    for (auto i = pos_; i < in_.size(); ++i)
+      if (in_[i] != '\0')
+        return false;
+    return true;
+  }
+
+private:
+  bool le(int n, uint64_t& x) {
+    if (pos_ + static_cast<size_t>(n) > in_.size())
+      return false;
+    x = 0;
+    for (int i = 0; i < n; ++i)
+      x |= static_cast<uint64_t>(static_cast<uint8_t>(in_[pos_ + i])) << (8 * i);
+    pos_ += static_cast<size_t>(n);
+    return true;
+  }
+
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+caf::error malformed(const char* what) {
+  return make_error(errc::invalid_argument,
+                    std::string{"malformed log entry: "} + what);
+}
+
+} // namespace
+
+std::string encode_batch(const std::vector<command>& batch) {
+  writer w;
+  w.u32(batch_magic);
+  w.u32(static_cast<uint32_t>(batch.size()));
+  for (auto& cmd : batch) {
+    w.u8(static_cast<uint8_t>(cmd.type));
+    switch (cmd.type) {
+      case command::kind::claim: {
+        auto& c = cmd.claim;
+        w.str(c.route);
+        w.str(c.key);
+        w.str(c.fingerprint);
+        w.i64(c.now_ms);
+        w.i64(c.ttl_ms);
+        w.u8(static_cast<uint8_t>(c.initial_state));
+        w.u16(c.status);
+        w.str(c.headers);
+        w.str(c.response);
+        w.str(c.signal);
+        break;
+      }
+      case command::kind::update: {
+        auto& u = cmd.update;
+        w.str(u.route);
+        w.str(u.key);
+        w.u8(static_cast<uint8_t>(u.op));
+        w.i64(u.first_seen_ms);
+        w.u16(u.status);
+        w.str(u.headers);
+        w.str(u.response);
+        break;
+      }
+      case command::kind::purge:
+        w.i64(cmd.now_ms);
+        w.u32(cmd.limit);
+        break;
+    }
+  }
+  return w.finish();
+}
+
+caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
+  if (entry.size() % 8 != 0)
+    return malformed("length is not a multiple of 8");
+  reader r{entry};
+  uint32_t magic = 0;
+  uint32_t count = 0;
+  if (!r.u32(magic) || magic != batch_magic)
+    return malformed("bad magic");
+  // Every command takes at least one byte: a count beyond the size is a lie.
+  if (!r.u32(count) || count > entry.size())
+    return malformed("bad count");
+  std::vector<command> result;
+  result.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    command cmd;
+    uint8_t kind = 0;
+    if (!r.u8(kind))
+      return malformed("truncated");
+    bool ok = true;
+    switch (kind) {
+      case static_cast<uint8_t>(command::kind::claim): {
+        cmd.type = command::kind::claim;
+        auto& c = cmd.claim;
+        uint8_t state = 0;
+        ok = r.str(c.route) && r.str(c.key) && r.str(c.fingerprint)
+             && r.i64(c.now_ms) && r.i64(c.ttl_ms) && r.u8(state)
+             && state <= static_cast<uint8_t>(record_state::in_doubt)
+             && r.u16(c.status) && r.str(c.headers) && r.str(c.response)
+             && r.str(c.signal);
+        c.initial_state = static_cast<record_state>(state);
+        break;
+      }
+      case static_cast<uint8_t>(command::kind::update): {
+        cmd.type = command::kind::update;
+        auto& u = cmd.update;
+        uint8_t op = 0;
+        ok = r.str(u.route) && r.str(u.key) && r.u8(op)
+             && op <= static_cast<uint8_t>(transition::in_doubt)
+             && r.i64(u.first_seen_ms) && r.u16(u.status) && r.str(u.headers)
+             && r.str(u.response);
+        u.op = static_cast<transition>(op);
+        break;
+      }
+      case static_cast<uint8_t>(command::kind::purge):
+        cmd.type = command::kind::purge;
+        ok = r.i64(cmd.now_ms) && r.u32(cmd.limit);
+        break;
+      default:
+        return malformed("unknown command");
+    }
+    if (!ok)
+      return malformed("truncated or invalid command");
+    result.push_back(std::move(cmd));
+  }
+  if (!r.at_padding())
+    return malformed("trailing bytes");
+  return result;
+}
+
+caf::expected<std::vector<command_result>>
+apply_batch(sqlite_store& db, uint64_t index,
+            const std::vector<command>& batch) {
+  std::vector<command_result> results;
+  if (auto err = db.begin())
+    return err;
+  auto fail = [&](caf::error err) {
+    db.rollback();
+    return err;
+  };
+  auto applied = db.applied_index();
+  if (!applied)
+    return fail(std::move(applied.error()));
+  if (index <= *applied) {
+    db.rollback();
+    return results;
+  }
+  results.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    auto& cmd = batch[i];
+    switch (cmd.type) {
+      case command::kind::claim: {
+        auto res = db.claim(cmd.claim);
+        if (!res)
+          return fail(std::move(res.error()));
+        results[i].claim = std::move(*res);
+        break;
+      }
+      case command::kind::update: {
+        auto res = db.update(cmd.update);
+        if (!res)
+          return fail(std::move(res.error()));
+        results[i].update = std::move(*res);
+        break;
+      }
+      case command::kind::purge: {
+        auto res = db.purge(cmd.now_ms, cmd.limit);
+        if (!res)
+          return fail(std::move(res.error()));
+        results[i].purged = *res;
+        break;
+      }
+    }
+  }
+  if (auto err = db.set_applied_index(index))
+    return fail(std::move(err));
+  if (auto err = db.commit())
+    return err;
+  return results;
+}
+
+} // namespace oncegate::persistence

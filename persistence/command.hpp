@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "common/record.hpp"
+
+namespace oncegate::persistence {
+
+/// One state change of the store, as it travels in a replicated log entry
+/// (the cluster) or is applied directly (a single node).
+struct command {
+  enum class kind : uint8_t { claim = 1, update = 2, purge = 3 };
+  kind type = kind::claim;
+  claim_request claim;
+  record_update update;
+  /// For purges: the proposer's wall clock (every replica purges the same
+  /// records) and the chunk size.
+  int64_t now_ms = 0;
+  uint32_t limit = 0;
+};
+
+/// Encodes a batch of commands as one log entry: a magic word, the count,
+/// then each command's fields (integers little-endian, strings as a 32-bit
+/// length and bytes), zero-padded to a multiple of 8 bytes (libraft's
+/// entries must be; an unpadded entry corrupts its on-disk log).
+std::string encode_batch(const std::vector<command>& batch);
+
+/// Decodes what `encode_batch` wrote; fails with `errc::invalid_argument`
+/// on anything else (wrong magic, truncation, unknown kinds, trailing bytes
+/// other than padding).
+caf::expected<std::vector<command>> decode_batch(std::string_view entry);
+
+class sqlite_store;
+
+/// The outcome of one command (the field of its kind is set).
+struct command_result {
+  claim_result claim;
+  update_result update;
+  uint64_t purged = 0;
+};
+
+/// Applies log entry `index` (a batch) to `db` in one transaction that also
+/// records the index: the replicated state machine's step. An entry at or
+/// below the recorded applied index was applied before a restart and is
+/// skipped (answered with no results). Every replica computes the same
+/// results from the same entries: decisions depend only on the entries'
+/// contents (claim and purge timestamps are the proposer's), never on the
+/// local clock.
+caf::expected<std::vector<command_result>>
+apply_batch(sqlite_store& db, uint64_t index,
+            const std::vector<command>& batch);
+
+} // namespace oncegate::persistence

@@ -1,0 +1,156 @@
+#define CAF_SUITE persistence.command
+#include "caf/test/unit_test.hpp"
+
+#include "common/errc.hpp"
+#include "persistence/command.hpp"
+#include "persistence/sqlite_store.hpp"
+#include "tests/common/fixture.hpp"
+
+using namespace oncegate;
+using namespace oncegate::persistence;
+using oncegate::test::make_claim;
+
+namespace {
+
+std::vector<command> sample_batch() {
+  std::vector<command> batch;
+  command c;
+  c.type = command::kind::claim;
+  c.claim = make_claim("k1", 1000, "{\"a\":1}");
+  c.claim.headers = "Content-Type: application/json";
+  c.claim.initial_state = record_state::in_flight; // completed by `u`
+  batch.push_back(c);
+  command u;
+  u.type = command::kind::update;
+  u.update.route = "default";
+  u.update.key = "k1";
+  u.update.op = transition::complete;
+  u.update.first_seen_ms = 1000;
+  u.update.status = 201;
+  u.update.response = std::string("with\0nul", 8);
+  batch.push_back(u);
+  command p;
+  p.type = command::kind::purge;
+  p.now_ms = 5000;
+  p.limit = 250;
+  batch.push_back(p);
+  return batch;
+}
+
+struct fixture {
+  test::temp_dir dir;
+  std::unique_ptr<sqlite_store> open() {
+    store_options opts;
+    opts.path = dir.file("fsm.db");
+    auto res = sqlite_store::open(opts);
+    CAF_REQUIRE(res);
+    return std::move(*res);
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(command_tests, fixture)
+
+CAF_TEST(a batch round trips through its encoding padded to 8 bytes) {
+  auto batch = sample_batch();
+  auto entry = encode_batch(batch);
+  CAF_CHECK_EQUAL(entry.size() % 8, 0u);
+  auto back = decode_batch(entry);
+  CAF_REQUIRE(back);
+  CAF_REQUIRE_EQUAL(back->size(), 3u);
+  auto& c = (*back)[0].claim;
+  CAF_CHECK_EQUAL(c.key, "k1");
+  CAF_CHECK_EQUAL(c.now_ms, 1000);
+  CAF_CHECK_EQUAL(c.ttl_ms, 60'000);
+  CAF_CHECK(c.fingerprint == batch[0].claim.fingerprint);
+  CAF_CHECK_EQUAL(c.headers, "Content-Type: application/json");
+  CAF_CHECK_EQUAL(c.signal, "{\"a\":1}");
+  auto& u = (*back)[1].update;
+  CAF_CHECK(u.op == transition::complete);
+  CAF_CHECK_EQUAL(u.status, 201);
+  CAF_CHECK_EQUAL(u.response, std::string("with\0nul", 8));
+  CAF_CHECK_EQUAL((*back)[2].now_ms, 5000);
+  CAF_CHECK_EQUAL((*back)[2].limit, 250u);
+  CAF_CHECK_EQUAL(encode_batch({}).size(), 8u);
+}
+
+CAF_TEST(malformed entries are refused) {
+  auto entry = encode_batch(sample_batch());
+  CAF_CHECK(!decode_batch(entry.substr(0, entry.size() - 8)));
+  CAF_CHECK(!decode_batch(entry.substr(0, entry.size() - 3)));
+  auto bad = entry;
+  bad[0] = 'X';
+  CAF_CHECK(!decode_batch(bad));
+  bad = entry;
+  bad[8] = 9; // unknown command kind
+  CAF_CHECK(!decode_batch(bad));
+  bad = entry + std::string(8, '\1');
+  CAF_CHECK(!decode_batch(bad));
+  auto err = decode_batch("");
+  CAF_REQUIRE(!err);
+  CAF_CHECK_EQUAL(errc_of(err.error()), errc::invalid_argument);
+}
+
+CAF_TEST(an entry applies once and its index survives a restart) {
+  auto batch = sample_batch();
+  {
+    auto db = open();
+    CAF_CHECK_EQUAL(db->applied_index(), 0u);
+    auto res = apply_batch(*db, 1, batch);
+    CAF_REQUIRE(res);
+    CAF_REQUIRE_EQUAL(res->size(), 3u);
+    CAF_CHECK_EQUAL((*res)[0].claim.outcome, decision::accepted);
+    CAF_CHECK((*res)[1].update.applied);
+    CAF_CHECK_EQUAL(db->applied_index(), 1u);
+  }
+  auto db = open();
+  CAF_CHECK_EQUAL(db->applied_index(), 1u);
+  // Replay of the same entry after a restart changes nothing.
+  auto again = apply_batch(*db, 1, batch);
+  CAF_REQUIRE(again);
+  CAF_CHECK(again->empty());
+  auto rec = db->load("default", "k1");
+  CAF_REQUIRE(rec && rec->found);
+  CAF_CHECK_EQUAL(rec->rec.status, 201);
+  // The next entry applies; a claim of the same key is a duplicate.
+  std::vector<command> next(1);
+  next[0].claim = make_claim("k1", 2000, "{\"a\":1}");
+  auto res = apply_batch(*db, 2, next);
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL((*res)[0].claim.outcome, decision::duplicate);
+  CAF_CHECK_EQUAL(db->applied_index(), 2u);
+}
+
+CAF_TEST(replicas applying the same entries reach the same state) {
+  test::temp_dir other;
+  auto a = open();
+  store_options opts;
+  opts.path = other.file("replica.db");
+  auto b_res = sqlite_store::open(opts);
+  CAF_REQUIRE(b_res);
+  auto& b = *b_res;
+  std::vector<std::vector<command>> log;
+  for (int i = 0; i < 20; ++i) {
+    std::vector<command> batch(2);
+    batch[0].claim = make_claim("k" + std::to_string(i % 7), 1000 + i * 100,
+                                "{}", 500);
+    batch[1].type = command::kind::purge;
+    batch[1].now_ms = 1000 + i * 100;
+    batch[1].limit = 3;
+    log.push_back(batch);
+  }
+  for (size_t i = 0; i < log.size(); ++i) {
+    auto ra = apply_batch(*a, i + 1, log[i]);
+    auto rb = apply_batch(*b, i + 1, log[i]);
+    CAF_REQUIRE(ra && rb);
+    for (size_t j = 0; j < ra->size(); ++j) {
+      CAF_CHECK_EQUAL((*ra)[j].claim.outcome, (*rb)[j].claim.outcome);
+      CAF_CHECK_EQUAL((*ra)[j].purged, (*rb)[j].purged);
+    }
+  }
+  CAF_CHECK_EQUAL(a->count(), b->count());
+  CAF_CHECK_EQUAL(a->next_expiry(), b->next_expiry());
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
