@@ -14,6 +14,8 @@ packages=(
   clang libclang-rt-14-dev
   # `promtool check metrics` in the metrics test
   prometheus
+  # the benchmark harness (bench/run.sh, also its smoke test)
+  wrk redis-server redis-tools nginx-light gnuplot-nox
 )
 
 missing=()

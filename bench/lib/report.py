@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Turns bench/run.sh's results.csv into results.md and the gnuplot data
+files throughput.dat and latency.dat (python3 stdlib only).
+
+  report.py --csv results.csv --machine machine.txt --failures failures.txt
+            --timings timings.txt --total SECONDS --out DIR
+"""
+
+import argparse
+import csv
+import os
+
+# (scenario id, title, what it measures)
+SCENARIOS = [
+    ("unloaded", "1. Unloaded latency",
+     "1 connection (wrk -t1 -c1), every request a new key (durable commit)."),
+    ("unique_c50", "2a. Unique keys, 50 connections (vs Redis)",
+     "oncegate: wrk -t2 -c50 unique.lua, every request a new key, committed "
+     "with fsync before the answer. Redis: redis-benchmark -c 50 "
+     "`SET key:__rand_int__ 1 NX EX 86400` with an append-only file "
+     "(appendfsync always / everysec)."),
+    ("duplicates_c50", "2b. Duplicates, 50 connections (vs nginx)",
+     "duplicates.lua over a primed pool of keys: every answer a 409 from a "
+     "warm key actor. nginx: the same script against `return 200`."),
+    ("mix_c50", "2c. 90% duplicates / 10% new keys, 50 connections",
+     "mix.lua."),
+    ("hot_c50", "2d. One hot key, 50 connections",
+     "hot.lua: every request meets the same key actor (409)."),
+    ("big_store_restart", "5a. Big store: restart to ready",
+     "Records preloaded with bench/preload; time from exec of oncegate to "
+     "its ready line (stop_ms: SIGTERM to exit)."),
+    ("big_store_unique_c50", "5b. Big store: unique keys, 50 connections",
+     "unique.lua against the node holding the preloaded records."),
+    ("purge_unique_c50", "6. Purge under load",
+     "Expired records preloaded; the node's alarm purges them from start "
+     "while unique.lua runs with 50 connections. p99_ratio = this p99 / the "
+     "p99 of 2a; purge_s = ready line to purged_records_total reaching the "
+     "count; purge_overlap = share of the measured run the purge lasted."),
+    ("memory_small", "7a. Memory per live key actor (small)",
+     "--keys.idle-timeout=1h; RSS (VmRSS) before and after pushing N new "
+     "keys; bytes_per_actor = RSS delta / live actor delta."),
+    ("memory_large", "7b. Memory per live key actor (large)", "As 7a."),
+    ("passivation", "7c. Idle actors passivate",
+     "--keys.idle-timeout short; after the load stops, oncegate_live_key_actors "
+     "must reach 0 (seconds_to_zero, counted from the end of the load)."),
+    ("cold_start", "8. Cold-start reload latency",
+     "Keys preloaded, node fresh (no live actors); 1 connection sends one "
+     "duplicate of each key once: actor spawn + SQLite read per request."),
+    ("cluster_3node", "9. 3-node cluster", "Not implemented yet."),
+]
+TITLES = {s: t for s, t, _ in SCENARIOS}
+
+SYSTEM_NAMES = {
+    "oncegate": "oncegate",
+    "redis_always": "Redis (appendfsync always)",
+    "redis_everysec": "Redis (appendfsync everysec)",
+    "nginx": "nginx return 200",
+}
+
+THROUGHPUT_ROWS = ["unique_c50", "duplicates_c50", "mix_c50", "hot_c50",
+                   "big_store_unique_c50", "purge_unique_c50"]
+THROUGHPUT_SYSTEMS = ["oncegate", "redis_always", "redis_everysec", "nginx"]
+LATENCY_ROWS = [
+    ("unloaded", "oncegate"),
+    ("unique_c50", "oncegate"), ("unique_c50", "redis_always"),
+    ("unique_c50", "redis_everysec"),
+    ("duplicates_c50", "oncegate"), ("duplicates_c50", "nginx"),
+    ("mix_c50", "oncegate"), ("hot_c50", "oncegate"),
+    ("big_store_unique_c50", "oncegate"), ("purge_unique_c50", "oncegate"),
+    ("cold_start", "oncegate"),
+]
+SHORT = {"unloaded": "unloaded", "unique_c50": "unique",
+         "duplicates_c50": "duplicates", "mix_c50": "mix 90/10",
+         "hot_c50": "hot key", "big_store_unique_c50": "unique, big store",
+         "purge_unique_c50": "unique, purging", "cold_start": "cold start"}
+SHORT_SYS = {"oncegate": "", "redis_always": " (Redis always)",
+             "redis_everysec": " (Redis everysec)", "nginx": " (nginx)"}
+
+
+def num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def show(v):
+    x = num(v)
+    if x is None:
+        return v
+    if x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    if abs(x) >= 100:
+        return "%.0f" % x
+    return "%.3g" % x if abs(x) < 1 else "%.2f" % x
+
+
+def load(path):
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append(r)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--csv", required=True)
+    ap.add_argument("--machine", required=True)
+    ap.add_argument("--failures", required=True)
+    ap.add_argument("--timings", required=True)
+    ap.add_argument("--total", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    rows = load(a.csv)
+    data = {}          # (scenario, system) -> {metric: (value, unit)}
+    order = {}         # scenario -> [system]
+    for r in rows:
+        key = (r["scenario"], r["system"])
+        if key not in data:
+            data[key] = {}
+            order.setdefault(r["scenario"], []).append(r["system"])
+        data[key][r["metric"]] = (r["value"], r["unit"])
+
+    def val(s, sysname, m):
+        return num(data.get((s, sysname), {}).get(m, (None,))[0])
+
+    machine = []
+    with open(a.machine) as f:
+        for line in f:
+            if "\t" in line:
+                k, v = line.rstrip("\n").split("\t", 1)
+                machine.append((k, v))
+    mdict = dict(machine)
+    failures = [l.rstrip("\n") for l in open(a.failures) if l.strip()]
+    timings = [l.rstrip("\n").split("\t") for l in open(a.timings) if l.strip()]
+
+    md = []
+    md.append("# oncegate benchmark results")
+    md.append("")
+    md.append("Generated by `bench/run.sh` on %s; the run took %.0f s "
+              "(%s). How to read this: [docs/benchmarks.md](%s)."
+              % (mdict.get("date", "?"), float(a.total),
+                 mdict.get("mode", "?"),
+                 "../benchmarks.md" if mdict.get("mode") == "full"
+                 else "docs/benchmarks.md"))
+    md.append("")
+    md.append("## Machine and build")
+    md.append("")
+    md.append("| | |")
+    md.append("|---|---|")
+    for k, v in machine:
+        if k == "date":
+            continue
+        md.append("| %s | %s |" % (k, v.replace("|", "\\|")))
+    md.append("")
+    md.append("Everything ran on 127.0.0.1 on this machine; the load generator "
+              "(wrk -t1/-t2, redis-benchmark) shares the cores with the "
+              "server under test.")
+    md.append("")
+
+    # ---- targets
+    def ratio(a_, b_):
+        return a_ / b_ if a_ is not None and b_ else None
+
+    uniq = val("unique_c50", "oncegate", "rps")
+    r_always = val("unique_c50", "redis_always", "rps")
+    r_every = val("unique_c50", "redis_everysec", "rps")
+    dup = val("duplicates_c50", "oncegate", "rps")
+    ngx = val("duplicates_c50", "nginx", "rps")
+    big_keys = val("big_store_restart", "oncegate", "keys")
+    targets = []
+
+    def target(name, threshold, measured, ok, note=""):
+        targets.append((name, threshold, measured, ok, note))
+
+    def fmt_ok(ok):
+        return "-" if ok is None else ("yes" if ok else "**no**")
+
+    q = ratio(uniq, r_always)
+    target("Unique keys, fsync before ack", ">= 0.6 x Redis always",
+           "%.2f x (%s vs %s req/s)" % (q, show(uniq), show(r_always))
+           if q is not None else "n/a", None if q is None else q >= 0.6)
+    q = ratio(dup, ngx)
+    target("Duplicates", ">= 0.7 x nginx return 200",
+           "%.2f x (%s vs %s req/s)" % (q, show(dup), show(ngx))
+           if q is not None else "n/a", None if q is None else q >= 0.7)
+    p50 = val("unloaded", "oncegate", "p50_us")
+    p99 = val("unloaded", "oncegate", "p99_us")
+    target("Unloaded unique key", "p50 <= 0.3 ms, p99 <= 1 ms",
+           "p50 %.3f ms, p99 %.3f ms" % (p50 / 1000, p99 / 1000)
+           if p50 is not None and p99 is not None else "n/a",
+           None if p50 is None or p99 is None
+           else p50 <= 300 and p99 <= 1000)
+    b = val("big_store_unique_c50", "oncegate", "rps")
+    note = ("with %s keys stored (target is for 10M)" % show(big_keys)
+            if big_keys is not None and big_keys < 10_000_000 else "")
+    target("Big store, unique keys", ">= 25k/s with 10M keys",
+           "%s req/s" % show(b) if b is not None else "n/a",
+           None if b is None else b >= 25000, note)
+    rt = val("big_store_restart", "oncegate", "ready_ms_median")
+    target("Restart to ready", "<= 1 s with 10M keys",
+           "%.0f ms (median)" % rt if rt is not None else "n/a",
+           None if rt is None else rt <= 1000, note)
+    pr = val("purge_unique_c50", "oncegate", "p99_ratio")
+    ov = val("purge_unique_c50", "oncegate", "purge_overlap")
+    target("Purge under load", "p99 <= 2 x no-purge p99",
+           "%.2f x" % pr if pr is not None else "n/a",
+           None if pr is None else pr <= 2,
+           "purge lasted %.0f%% of the measured run" % (ov * 100)
+           if ov is not None else "")
+    for s in ("memory_small", "memory_large"):
+        bpa = val(s, "oncegate", "bytes_per_actor")
+        live = val(s, "oncegate", "live_actors")
+        target("RSS per live key actor (%s)" % s.split("_")[1], "<= 2 KiB",
+               "%s bytes (%s live actors)" % (show(bpa), show(live))
+               if bpa is not None else "n/a",
+               None if bpa is None else bpa <= 2048)
+    z = val("passivation", "oncegate", "live_after")
+    zs = val("passivation", "oncegate", "seconds_to_zero")
+    target("Idle actors passivate", "live actors -> 0",
+           "0 after %.1f s" % zs if z == 0 and zs is not None else "n/a",
+           None if z is None else z == 0)
+    target("3-node cluster", ">= 0.5 x single node", "not yet: cluster issue",
+           None)
+
+    md.append("## Targets")
+    md.append("")
+    md.append("| target | threshold | measured | met | note |")
+    md.append("|---|---|---|---|---|")
+    for name, th, m, ok, note in targets:
+        md.append("| %s | %s | %s | %s | %s |" % (name, th, m, fmt_ok(ok),
+                                                 note))
+    md.append("")
+
+    # ---- ratios, pair by pair
+    md.append("## Ratios (same run)")
+    md.append("")
+    md.append("| pair | oncegate req/s | other req/s | ratio |")
+    md.append("|---|---|---|---|")
+    for label, a_, b_ in (
+            ("unique keys: oncegate / Redis appendfsync always", uniq,
+             r_always),
+            ("unique keys: oncegate / Redis appendfsync everysec", uniq,
+             r_every),
+            ("duplicates: oncegate / nginx return 200", dup, ngx)):
+        q = ratio(a_, b_)
+        md.append("| %s | %s | %s | %s |" % (
+            label, show(a_) if a_ is not None else "n/a",
+            show(b_) if b_ is not None else "n/a",
+            "%.2f" % q if q is not None else "n/a"))
+    pu = val("purge_unique_c50", "oncegate", "p99_us")
+    bu = val("unique_c50", "oncegate", "p99_us")
+    md.append("")
+    md.append("| latency pair | with | without | ratio |")
+    md.append("|---|---|---|---|")
+    q = ratio(pu, bu)
+    md.append("| unique keys p99: purging / not purging | %s us | %s us | %s |"
+              % (show(pu) if pu is not None else "n/a",
+                 show(bu) if bu is not None else "n/a",
+                 "%.2f" % q if q is not None else "n/a"))
+    md.append("")
+
+    # ---- per scenario tables
+    md.append("## Scenarios")
+    md.append("")
+    md.append("Latencies in microseconds (us); wrk measures each request from "
+              "its send to the end of its response; Redis latencies come from "
+              "redis-benchmark (it reports p95, not p90). `status_N`: answers "
+              "with HTTP status N.")
+    md.append("")
+    known = [s for s, _, _ in SCENARIOS]
+    extra = [s for s in order if s not in known]
+    for s, title, what in SCENARIOS + [(e, e, "") for e in extra]:
+        md.append("### %s" % title)
+        md.append("")
+        if what:
+            md.append(what)
+            md.append("")
+        if s not in order:
+            md.append("_no results (scenario not run or failed, see "
+                      "Failures)_")
+            md.append("")
+            continue
+        systems = order[s]
+        metrics = []
+        for sysname in systems:
+            for m in data[(s, sysname)]:
+                if m not in metrics:
+                    metrics.append(m)
+        if s == "cluster_3node":
+            md.append("| system | status |")
+            md.append("|---|---|")
+            md.append("| oncegate, 3 nodes | not yet: cluster issue |")
+            md.append("")
+            continue
+        if len(metrics) > 9:
+            # long lists: one row per metric, systems as columns
+            md.append("| metric | unit | " + " | ".join(
+                SYSTEM_NAMES.get(x, x) for x in systems) + " |")
+            md.append("|---|---|" + "---|" * len(systems))
+            for m in metrics:
+                unit = next((data[(s, x)][m][1] for x in systems
+                             if m in data[(s, x)]), "")
+                md.append("| %s | %s | %s |" % (m, unit, " | ".join(
+                    show(data[(s, x)].get(m, ("",))[0]) for x in systems)))
+        else:
+            units = {}
+            for sysname in systems:
+                for m, (_, u) in data[(s, sysname)].items():
+                    units.setdefault(m, u)
+            md.append("| system | " + " | ".join(
+                "%s (%s)" % (m, units[m]) for m in metrics) + " |")
+            md.append("|---|" + "---|" * len(metrics))
+            for sysname in systems:
+                md.append("| %s | %s |" % (
+                    SYSTEM_NAMES.get(sysname, sysname),
+                    " | ".join(show(data[(s, sysname)].get(m, ("",))[0])
+                               for m in metrics)))
+        md.append("")
+
+    md.append("## Plots")
+    md.append("")
+    md.append("![throughput per scenario](throughput.png)")
+    md.append("")
+    md.append("![latency percentiles per scenario](latency.png)")
+    md.append("")
+
+    md.append("## Run")
+    md.append("")
+    md.append("| scenario group | seconds | result |")
+    md.append("|---|---|---|")
+    for t in timings:
+        md.append("| %s | %.1f | %s |" % (t[0], float(t[1]), t[2]))
+    md.append("| total (build included) | %.1f | |" % float(a.total))
+    md.append("")
+    md.append("## Failures")
+    md.append("")
+    if failures:
+        for f_ in failures:
+            md.append("- " + f_.replace("\n", " "))
+    else:
+        md.append("none")
+    md.append("")
+    with open(os.path.join(a.out, "results.md"), "w") as f:
+        f.write("\n".join(md))
+
+    # ---- gnuplot data
+    with open(os.path.join(a.out, "throughput.dat"), "w") as f:
+        f.write('"scenario" ' + " ".join(
+            '"%s"' % SYSTEM_NAMES[x] for x in THROUGHPUT_SYSTEMS) + "\n")
+        for s in THROUGHPUT_ROWS:
+            vals = [val(s, x, "rps") for x in THROUGHPUT_SYSTEMS]
+            if all(v is None for v in vals):
+                continue
+            f.write('"%s" %s\n' % (SHORT[s], " ".join(
+                "?" if v is None else "%.3f" % (v / 1000) for v in vals)))
+    with open(os.path.join(a.out, "latency.dat"), "w") as f:
+        f.write('"scenario" "p50" "p90 (Redis: p95)" "p99"\n')
+        for s, x in LATENCY_ROWS:
+            p = [val(s, x, m) for m in ("p50_us", "p90_us", "p99_us")]
+            if p[1] is None:
+                p[1] = val(s, x, "p95_us")
+            if all(v is None for v in p):
+                continue
+            f.write('"%s%s" %s\n' % (SHORT[s], SHORT_SYS[x], " ".join(
+                "?" if v is None else "%.4f" % (max(v, 1) / 1000) for v in p)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,685 @@
+#!/usr/bin/env bash
+# oncegate benchmark harness: one command that builds the release binaries,
+# runs every scenario on 127.0.0.1, stops everything it started and writes
+# results.csv, results.md and PNG plots. See docs/benchmarks.md.
+#
+#   bench/run.sh                   full run (~5 min on 2 vCPU with an up-to-date
+#                                  build), results in docs/benchmarks/
+#   BENCH_SMOKE=1 bench/run.sh     ~2 s per scenario (~1 min), tiny key counts,
+#                                  results in a temp dir (printed at the end)
+#
+# Knobs (environment; defaults full / smoke):
+#   BENCH_SECONDS=10/2             duration of each timed wrk / redis run
+#   BENCH_THREADS=2  BENCH_CONNECTIONS=50   the loaded scenarios (wrk -t/-c)
+#   BENCH_POOL=10000/2000          duplicate key pool d-0..d-(POOL-1)
+#   BENCH_BIG_KEYS=10000000/10000  records preloaded for the big-store scenario
+#   BENCH_RESTARTS=3               restarts timed (median reported)
+#   BENCH_PURGE_KEYS=1000000/10000 expired records purged under load
+#   BENCH_MEM_KEYS=100000/5000     live key actors, small memory measurement
+#   BENCH_MEM_KEYS_LARGE=1000000/10000  large memory measurement (0: skip)
+#   BENCH_PASSIVATE_KEYS=5000/1000 BENCH_IDLE_TIMEOUT=5s/2s  passivation check
+#   BENCH_COLD_KEYS=100000/5000    preloaded keys for the cold-start scenario
+#   BENCH_NODE_ARGS=""             extra oncegate options for every node
+#   BENCH_MEM_ARGS="--keys.decision-cache=0"  options of the memory nodes
+#                                  (the bounded decision cache is measured
+#                                  apart from the actors by default)
+#   BENCH_SCENARIOS="core redis nginx big purge memory passivation cold"
+#   BENCH_OUT=docs/benchmarks/ (smoke: a new temp dir)   where results go
+#   BENCH_TMPDIR=${TMPDIR:-/tmp}   data dirs (must be a real disk: fsync)
+#   BENCH_BUILD_DIR=build-release  release build dir (configured if missing)
+#   ONCEGATE_BIN, ONCEGATE_PRELOAD both set: use these binaries, no build
+#   WRK_TIMEOUT=10s                wrk's per-request timeout
+#
+# Exit status: 0 when every scenario group succeeded, 1 otherwise (results
+# are written either way; failures are listed in results.md).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LIB=$ROOT/bench/lib
+WRK_DIR=$ROOT/bench/wrk
+START_EPOCH=$EPOCHREALTIME
+
+SMOKE=${BENCH_SMOKE:-0}
+if [ "$SMOKE" = 1 ]; then
+  d_secs=2 d_pool=2000 d_big=10000 d_purge=10000 d_mem=5000 d_mem_large=10000
+  d_passivate=1000 d_idle=2s d_cold=5000
+else
+  d_secs=10 d_pool=10000 d_big=10000000 d_purge=1000000 d_mem=100000
+  d_mem_large=1000000 d_passivate=5000 d_idle=5s d_cold=100000
+fi
+SECS=${BENCH_SECONDS:-$d_secs}
+THREADS=${BENCH_THREADS:-2}
+CONNS=${BENCH_CONNECTIONS:-50}
+POOL=${BENCH_POOL:-$d_pool}
+BIG_KEYS=${BENCH_BIG_KEYS:-$d_big}
+RESTARTS=${BENCH_RESTARTS:-3}
+PURGE_KEYS=${BENCH_PURGE_KEYS:-$d_purge}
+MEM_KEYS=${BENCH_MEM_KEYS:-$d_mem}
+MEM_KEYS_LARGE=${BENCH_MEM_KEYS_LARGE:-$d_mem_large}
+PASSIVATE_KEYS=${BENCH_PASSIVATE_KEYS:-$d_passivate}
+IDLE_TIMEOUT=${BENCH_IDLE_TIMEOUT:-$d_idle}
+COLD_KEYS=${BENCH_COLD_KEYS:-$d_cold}
+SCENARIOS=${BENCH_SCENARIOS:-core redis nginx big purge memory passivation cold}
+WRK_TIMEOUT=${WRK_TIMEOUT:-10s}
+READY_TIMEOUT=${BENCH_READY_TIMEOUT:-120}
+STOP_TIMEOUT=${BENCH_STOP_TIMEOUT:-120}
+TMPBASE=${BENCH_TMPDIR:-${TMPDIR:-/tmp}}
+NODE_ARGS=${BENCH_NODE_ARGS:-}
+# The decision cache is bounded on its own (keys.decision-cache entries):
+# measure what the key actors cost.
+MEM_ARGS=${BENCH_MEM_ARGS:---keys.decision-cache=0}
+
+# Key counts are split evenly over wrk threads; the duplicate pool must not be
+# a multiple of 7919 (duplicates.lua walks it with that stride).
+round_up() { echo $(( ($1 + $2 - 1) / $2 * $2 )); }
+MEM_KEYS=$(round_up "$MEM_KEYS" "$THREADS")
+MEM_KEYS_LARGE=$(round_up "$MEM_KEYS_LARGE" "$THREADS")
+PASSIVATE_KEYS=$(round_up "$PASSIVATE_KEYS" "$THREADS")
+[ $((POOL % 7919)) -ne 0 ] || POOL=$((POOL + 1))
+[ $((COLD_KEYS % 7919)) -ne 0 ] || COLD_KEYS=$((COLD_KEYS + 1))
+
+log() { printf '[bench %6.1fs] %s\n' "$(elapsed_since "$START_EPOCH")" "$*" >&2; }
+elapsed_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
+py() { python3 "$LIB/benchlib.py" "$@"; }
+
+# ---------------------------------------------------------------- processes
+RUN_TMP=$(mktemp -d "$TMPBASE/oncegate-bench.XXXXXX")
+LOGS=$RUN_TMP/logs
+STAGE=$RUN_TMP/out
+mkdir -p "$LOGS" "$STAGE"
+CSV=$STAGE/results.csv
+RAW=$STAGE/raw.log
+FAILURES=$RUN_TMP/failures.txt
+TIMINGS=$RUN_TMP/timings.txt
+: >"$FAILURES"
+: >"$TIMINGS"
+: >"$RAW"
+echo "scenario,system,metric,value,unit" >"$CSV"
+SCOPE=main
+GROUP_PID=
+RUN_ID=$(date +%s)-$$
+
+# Every started process is recorded as "pid comm" in pids.<scope>; a scope's
+# EXIT trap stops what it started, the main EXIT trap whatever is left (only
+# pids whose /proc comm still matches, so a reused pid is never signalled).
+track() { echo "$1 $2" >>"$RUN_TMP/pids.$SCOPE"; }
+
+alive_as() { [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ]; }
+
+# stop_pid PID [TIMEOUT_S] [SIGNAL]: signal, wait (bounded), then SIGKILL.
+stop_pid() {
+  local pid=$1 timeout=${2:-30} sig=${3:-TERM} deadline
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -s "$sig" "$pid" 2>/dev/null || true
+    deadline=$((SECONDS + timeout))
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do
+      sleep 0.05
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "pid $pid did not stop within ${timeout}s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+stop_tracked() {  # files...
+  local f pid comm deadline
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    while read -r pid comm; do
+      alive_as "$pid" "$comm" && kill -TERM "$pid" 2>/dev/null || true
+    done < <(tac "$f")
+  done
+  deadline=$((SECONDS + 30))
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    while read -r pid comm; do
+      while alive_as "$pid" "$comm" && [ "$SECONDS" -lt "$deadline" ]; do
+        sleep 0.05
+      done
+      alive_as "$pid" "$comm" && kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    done <"$f"
+    rm -f "$f"
+  done
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "${GROUP_PID:-}" ] && kill -0 "$GROUP_PID" 2>/dev/null; then
+    kill -TERM "$GROUP_PID" 2>/dev/null || true
+    wait "$GROUP_PID" 2>/dev/null || true
+  fi
+  stop_tracked "$RUN_TMP"/pids.* 2>/dev/null || true
+  rm -rf "$RUN_TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# die MESSAGE: records the failure of the current scenario and leaves it.
+die() {
+  echo "$SCOPE: $*" >>"$FAILURES"
+  log "FAILED $SCOPE: $*"
+  exit 1
+}
+
+# emit SCENARIO SYSTEM METRIC VALUE UNIT
+emit() { printf '%s,%s,%s,%s,%s\n' "$1" "$2" "$3" "$4" "$5" >>"$CSV"; }
+
+# ---------------------------------------------------------------- tools
+check_tools() {
+  local missing=() t
+  for t in cmake wrk redis-server redis-benchmark redis-cli nginx gnuplot \
+           python3 curl awk; do
+    command -v "$t" >/dev/null 2>&1 || missing+=("$t")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "bench/run.sh: missing tools: ${missing[*]}" >&2
+    echo "  apt-get install wrk redis-server redis-tools nginx-light gnuplot-nox curl" >&2
+    exit 2
+  fi
+}
+
+build() {
+  if [ -n "${ONCEGATE_BIN:-}" ] || [ -n "${ONCEGATE_PRELOAD:-}" ]; then
+    [ -x "${ONCEGATE_BIN:-}" ] && [ -x "${ONCEGATE_PRELOAD:-}" ] || {
+      echo "bench/run.sh: set both ONCEGATE_BIN and ONCEGATE_PRELOAD to executables" >&2
+      exit 2
+    }
+    BUILD_NOTE="given binaries (no build): $ONCEGATE_BIN, $ONCEGATE_PRELOAD"
+    log "using given binaries, no build"
+    return
+  fi
+  local dir=${BENCH_BUILD_DIR:-$ROOT/build-release} gen=()
+  [ -f "$dir/CMakeCache.txt" ] || { command -v ninja >/dev/null && gen=(-G Ninja); }
+  log "building release binaries in $dir"
+  if ! { cmake -S "$ROOT" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+           -DONCEGATE_BUILD_TESTS=OFF \
+         && cmake --build "$dir" -j2 --target oncegate preload; } \
+       >"$RUN_TMP/build.log" 2>&1; then
+    tail -n 40 "$RUN_TMP/build.log" >&2
+    echo "bench/run.sh: release build failed" >&2
+    exit 2
+  fi
+  ONCEGATE_BIN=$dir/tools/oncegate
+  ONCEGATE_PRELOAD=$dir/bench/preload
+  BUILD_NOTE="Release build in $dir (cmake --build, targets oncegate preload)"
+}
+
+# ---------------------------------------------------------------- oncegate
+# start_node NAME DATA_DIR [ARGS...]: sets NODE_PID and NODE_PORT.
+start_node() {
+  local name=$1 data=$2 deadline
+  shift 2
+  NODE_OUT=$LOGS/$name.out
+  NODE_ERR=$LOGS/$name.err
+  # shellcheck disable=SC2086 # BENCH_NODE_ARGS: words
+  "$ONCEGATE_BIN" --http-host=127.0.0.1 --http-port=0 --data-dir="$data" \
+    --log-level=warn ${NODE_ARGS} "$@" >"$NODE_OUT" 2>"$NODE_ERR" </dev/null &
+  NODE_PID=$!
+  track "$NODE_PID" "$(basename "$ONCEGATE_BIN" | cut -c1-15)"
+  deadline=$((SECONDS + READY_TIMEOUT))
+  until grep -q '^oncegate ready http=' "$NODE_OUT"; do
+    kill -0 "$NODE_PID" 2>/dev/null \
+      || die "node $name exited before ready: $(tail -n 5 "$NODE_ERR")"
+    [ "$SECONDS" -lt "$deadline" ] \
+      || die "node $name not ready within ${READY_TIMEOUT}s"
+    sleep 0.02
+  done
+  NODE_PORT=$(sed -n 's/^oncegate ready http=.*:\([0-9][0-9]*\)$/\1/p' \
+                "$NODE_OUT" | head -n 1)
+  [ -n "$NODE_PORT" ] || die "node $name: cannot parse the ready line"
+}
+
+stop_node() { stop_pid "$NODE_PID" "$STOP_TIMEOUT" TERM; }
+
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+metric() { py metric "$NODE_PORT" "$1"; }
+LIVE=oncegate_live_key_actors
+NEW_DECISIONS='oncegate_decisions_total{route="default",outcome="new"}'
+
+# preload DATA_DIR PREFIX COUNT [--expired]: prints the seconds it took.
+preload() {
+  local t0=$EPOCHREALTIME
+  "$ONCEGATE_PRELOAD" --data-dir="$1" --prefix="$2" --count="$3" ${4:+"$4"} \
+    >>"$LOGS/preload.log" 2>&1 || die "preload $2 x $3 failed: $(tail -n 3 "$LOGS/preload.log")"
+  elapsed_since "$t0"
+}
+
+# ---------------------------------------------------------------- wrk
+kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$WRK_RESULT"; }
+
+# check_wrk LABEL EXPECTED_STATUSES LOG: WRK_RESULT := its RESULT line; the
+# scenario fails on socket errors (connect/read/write/timeout), on a status
+# not in EXPECTED_STATUSES (comma list) or on zero requests. 409s count as
+# wrk "errors" (non-2xx) and are fine where expected.
+check_wrk() {
+  local label=$1 expect=$2 log=$3 se st req s code
+  WRK_RESULT=$(grep '^RESULT ' "$log" | tail -n 1 || true)
+  [ -n "$WRK_RESULT" ] || die "wrk $label: no RESULT line: $(tail -n 3 "$log")"
+  echo "$SCOPE $label $WRK_RESULT" >>"$RAW"
+  se=$(kv socket_errors) st=$(kv statuses) req=$(kv requests)
+  [ "${req:-0}" -gt 0 ] || die "wrk $label: no requests: $WRK_RESULT"
+  [ "$se" = 0 ] || die "wrk $label: $se socket errors: $WRK_RESULT"
+  for s in ${st//,/ }; do
+    code=${s%%:*}
+    case ",$expect," in
+      *",$code,"*) ;;
+      *) die "wrk $label: unexpected status $code (expected $expect): $WRK_RESULT" ;;
+    esac
+  done
+  log "  $label: rps=$(kv rps) p50=$(kv p50_us)us p99=$(kv p99_us)us statuses=$st"
+}
+
+# run_wrk LABEL EXPECT THREADS CONNS SECONDS SCRIPT PORT [VAR=VALUE...]
+run_wrk() {
+  local label=$1 expect=$2 t=$3 c=$4 d=$5 script=$6 port=$7 pid
+  shift 7
+  local log=$LOGS/wrk-$label.log
+  env WRK_LUA_DIR="$WRK_DIR" "$@" wrk -t"$t" -c"$c" -d"${d}s" \
+    --timeout "$WRK_TIMEOUT" -s "$WRK_DIR/$script" "http://127.0.0.1:$port/" \
+    -- "$label-$RUN_ID" >"$log" 2>&1 &
+  pid=$!
+  track "$pid" wrk
+  wait "$pid" || die "wrk $label exited with $?: $(tail -n 3 "$log")"
+  check_wrk "$label" "$expect" "$log"
+}
+
+# run_wrk_until LABEL EXPECT THREADS CONNS SCRIPT PORT METRIC TARGET TIMEOUT
+#   [VAR=VALUE...]: a bounded run (e.g. the script stops its threads after
+#   their quota); ends wrk with SIGINT once METRIC >= TARGET on the node (but
+#   not before RUN_MIN seconds). WAITED := seconds until METRIC >= TARGET,
+#   LOAD_END := the time it was seen.
+run_wrk_until() {
+  local label=$1 expect=$2 t=$3 c=$4 script=$5 port=$6 metric=$7 target=$8
+  local timeout=$9 pid out
+  shift 9
+  local log=$LOGS/wrk-$label.log
+  env WRK_LUA_DIR="$WRK_DIR" "$@" wrk -t"$t" -c"$c" -d"$((timeout + 5))s" \
+    --timeout "$WRK_TIMEOUT" -s "$WRK_DIR/$script" "http://127.0.0.1:$port/" \
+    -- "$label-$RUN_ID" >"$log" 2>&1 &
+  pid=$!
+  track "$pid" wrk
+  if ! out=$(py wait-metric "$port" "$metric" ge "$target" "$timeout"); then
+    stop_pid "$pid" 10 INT
+    die "wrk $label: $metric did not reach $target within ${timeout}s (last: ${out#* })"
+  fi
+  WAITED=${out%% *}
+  LOAD_END=$EPOCHREALTIME
+  # RUN_MIN: keep the load on for at least that many seconds in all.
+  awk -v w="$WAITED" -v m="${RUN_MIN:-0}" 'BEGIN { exit !(w < m) }' \
+    && sleep "$(awk -v w="$WAITED" -v m="$RUN_MIN" 'BEGIN { print m - w }')"
+  stop_pid "$pid" 10 INT
+  check_wrk "$label" "$expect" "$log"
+}
+
+# emit_wrk SCENARIO SYSTEM: the current WRK_RESULT as CSV rows.
+emit_wrk() {
+  local m s
+  emit "$1" "$2" rps "$(kv rps)" req/s
+  for m in p50_us p90_us p99_us max_us; do
+    emit "$1" "$2" "$m" "$(kv "$m")" us
+  done
+  emit "$1" "$2" requests "$(kv requests)" count
+  emit "$1" "$2" seconds "$(kv seconds)" s
+  for s in $(kv statuses | tr ',' ' '); do
+    emit "$1" "$2" "status_${s%%:*}" "${s#*:}" count
+  done
+}
+
+csv_value() {  # SCENARIO SYSTEM METRIC
+  awk -F, -v a="$1" -v b="$2" -v c="$3" \
+    '$1 == a && $2 == b && $3 == c { v = $4 } END { print v }' "$CSV"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b }'; }
+
+# ---------------------------------------------------------------- scenarios
+# 1 + 2: one fresh node: unloaded latency, then 50 connections with unique
+# keys, duplicates, a 90/10 mix and one hot key.
+sc_core() {
+  local data=$RUN_TMP/core new0
+  start_node core "$data"
+  log "node up on port $NODE_PORT"
+  run_wrk unloaded 200 1 1 "$SECS" unique.lua "$NODE_PORT"
+  emit_wrk unloaded oncegate
+  run_wrk unique 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$NODE_PORT"
+  emit_wrk unique_c50 oncegate
+  # Prime the duplicate pool with the benchmark's own body (each key claimed
+  # once: 200), which also leaves its key actors warm. The requests in flight
+  # when the quota is reached repeat pool keys (409).
+  new0=$(metric "$NEW_DECISIONS")
+  run_wrk_until prime 200,409 1 "$CONNS" duplicates.lua "$NODE_PORT" \
+    "$NEW_DECISIONS" "$((new0 + POOL))" 120 WRK_POOL="$POOL" WRK_ONCE=1
+  run_wrk duplicates 409 "$THREADS" "$CONNS" "$SECS" duplicates.lua \
+    "$NODE_PORT" WRK_POOL="$POOL"
+  emit_wrk duplicates_c50 oncegate
+  run_wrk mix 200,409 "$THREADS" "$CONNS" "$SECS" mix.lua "$NODE_PORT" \
+    WRK_POOL="$POOL"
+  emit_wrk mix_c50 oncegate
+  run_wrk hot 409 "$THREADS" "$CONNS" "$SECS" hot.lua "$NODE_PORT"
+  emit_wrk hot_c50 oncegate
+  stop_node
+}
+
+ms_to_us() { awk -v v="$1" 'BEGIN { printf "%d", v * 1000 }'; }
+
+# 3: Redis SET NX EX with an append-only file, fsync always and everysec.
+redis_one() {
+  local mode=$1 dir port pid i cal n out rps p50 p95 p99 max
+  dir=$RUN_TMP/redis-$mode
+  mkdir -p "$dir"
+  port=$(py freeport)
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly yes \
+    --appendfsync "$mode" --dir "$dir" --daemonize no \
+    --logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
+  pid=$!
+  track "$pid" redis-server
+  for i in $(seq 100); do
+    [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+    kill -0 "$pid" 2>/dev/null || die "redis-server exited: $(tail -n 3 "$dir/redis.log")"
+    sleep 0.05
+  done
+  [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] || die "redis-server not up"
+  # Calibrate N so that the measured run lasts about BENCH_SECONDS.
+  cal=$([ "$SMOKE" = 1 ] && echo 5000 || echo 20000)
+  redis-benchmark -q -p "$port" -c 50 -n "$cal" -r 100000000 --csv \
+    SET key:__rand_int__ 1 NX EX 86400 >"$LOGS/redis-$mode-cal.csv" 2>&1 \
+    || die "redis-benchmark (calibration) failed"
+  out=$(py redis-csv "$LOGS/redis-$mode-cal.csv") || die "redis calibration: no result"
+  n=$(awk -v r="${out%% *}" -v s="$SECS" -v c="$cal" \
+        'BEGIN { n = int(r * s); print (n < c ? c : n) }')
+  redis-benchmark -q -p "$port" -c 50 -n "$n" -r 100000000 --csv \
+    SET key:__rand_int__ 1 NX EX 86400 >"$LOGS/redis-$mode.csv" 2>&1 \
+    || die "redis-benchmark failed: $(tail -n 3 "$LOGS/redis-$mode.csv")"
+  out=$(py redis-csv "$LOGS/redis-$mode.csv") || die "redis-benchmark: no result"
+  echo "$SCOPE redis-$mode n=$n $out" >>"$RAW"
+  read -r rps p50 p95 p99 max <<<"$out"
+  log "  redis appendfsync $mode: rps=$rps p50=${p50}ms p99=${p99}ms (n=$n)"
+  emit unique_c50 "redis_$mode" rps "$rps" req/s
+  emit unique_c50 "redis_$mode" p50_us "$(ms_to_us "$p50")" us
+  emit unique_c50 "redis_$mode" p95_us "$(ms_to_us "$p95")" us
+  emit unique_c50 "redis_$mode" p99_us "$(ms_to_us "$p99")" us
+  emit unique_c50 "redis_$mode" max_us "$(ms_to_us "$max")" us
+  emit unique_c50 "redis_$mode" requests "$n" count
+  emit unique_c50 "redis_$mode" keys_in_db "$(redis-cli -p "$port" dbsize)" count
+  stop_pid "$pid" 30 TERM
+}
+
+sc_redis() {
+  redis_one always
+  redis_one everysec
+}
+
+# 4: nginx returning 200, driven by the oncegate duplicates script.
+sc_nginx() {
+  local dir=$RUN_TMP/nginx port pid i
+  mkdir -p "$dir"
+  port=$(py freeport)
+  sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$port|g" "$LIB/nginx.conf.in" \
+    >"$dir/nginx.conf"
+  nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" \
+    </dev/null >"$dir/stdout.log" 2>&1 &
+  pid=$!
+  track "$pid" nginx
+  for i in $(seq 100); do
+    curl -fs -o /dev/null -X POST -d '{}' "http://127.0.0.1:$port/v1/webhook" && break
+    kill -0 "$pid" 2>/dev/null || die "nginx exited: $(cat "$dir/stdout.log" "$dir/error.log" | tail -n 3)"
+    sleep 0.05
+  done
+  curl -fs -o /dev/null -X POST -d '{}' "http://127.0.0.1:$port/v1/webhook" \
+    || die "nginx does not answer"
+  run_wrk nginx-duplicates 200 "$THREADS" "$CONNS" "$SECS" duplicates.lua \
+    "$port" WRK_POOL="$POOL"
+  emit_wrk duplicates_c50 nginx
+  stop_pid "$pid" 30 QUIT
+}
+
+# 5: a big store: restart-to-ready time and unique-key throughput.
+sc_big() {
+  local data=$RUN_TMP/big secs i out ready stop times=() median
+  log "preloading $BIG_KEYS records"
+  secs=$(preload "$data" p- "$BIG_KEYS")
+  log "  preloaded in ${secs}s"
+  emit big_store_restart oncegate keys "$BIG_KEYS" count
+  emit big_store_restart oncegate preload_s "$secs" s
+  emit big_store_restart oncegate db_mib "$(du -sm "$data" | cut -f1)" MiB
+  for i in $(seq "$RESTARTS"); do
+    # shellcheck disable=SC2086
+    out=$(py ready-time "$READY_TIMEOUT" "$ONCEGATE_BIN" --http-host=127.0.0.1 \
+            --http-port=0 --data-dir="$data" --log-level=warn ${NODE_ARGS} \
+            2>>"$LOGS/big-restart.err") \
+      || die "restart $i: no ready line within ${READY_TIMEOUT}s"
+    read -r ready stop <<<"$out"
+    times+=("$(awk -v v="$ready" 'BEGIN { printf "%.1f", v * 1000 }')")
+    emit big_store_restart oncegate "ready_ms_$i" "${times[-1]}" ms
+    emit big_store_restart oncegate "stop_ms_$i" "$(awk -v v="$stop" 'BEGIN { printf "%.1f", v * 1000 }')" ms
+  done
+  median=$(printf '%s\n' "${times[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+  log "  restart to ready: ${times[*]} ms (median $median)"
+  emit big_store_restart oncegate ready_ms_median "$median" ms
+  start_node big "$data"
+  run_wrk big-unique 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$NODE_PORT"
+  emit_wrk big_store_unique_c50 oncegate
+  stop_node
+}
+
+# 6: unique keys while the alarm purges many expired records. wrk starts
+# right after the ready line (the alarm purges from start) and is stopped
+# when oncegate_purged_records_total reaches the count, so the measured run
+# is the purge (at least BENCH_PURGE_MIN_SECONDS, default 1).
+sc_purge() {
+  local data=$RUN_TMP/purge secs base wrk_s purge_s
+  log "preloading $PURGE_KEYS expired records"
+  secs=$(preload "$data" x- "$PURGE_KEYS" --expired)
+  log "  preloaded in ${secs}s"
+  emit purge_unique_c50 oncegate purge_keys "$PURGE_KEYS" count
+  start_node purge "$data"
+  RUN_MIN=${BENCH_PURGE_MIN_SECONDS:-1}
+  run_wrk_until purge-unique 200 "$THREADS" "$CONNS" unique.lua "$NODE_PORT" \
+    oncegate_purged_records_total "$PURGE_KEYS" "${BENCH_PURGE_TIMEOUT:-300}"
+  RUN_MIN=0
+  purge_s=$WAITED
+  emit_wrk purge_unique_c50 oncegate
+  wrk_s=$(kv seconds)
+  base=$(csv_value unique_c50 oncegate p99_us)
+  if [ -n "$base" ]; then
+    emit purge_unique_c50 oncegate p99_ratio "$(ratio "$(kv p99_us)" "$base")" x
+  fi
+  emit purge_unique_c50 oncegate purge_s "$purge_s" s
+  emit purge_unique_c50 oncegate purged_records "$(metric oncegate_purged_records_total)" count
+  emit purge_unique_c50 oncegate purge_runs "$(metric oncegate_purge_runs_total)" count
+  # Share of the measured run during which the purge was still going on.
+  emit purge_unique_c50 oncegate purge_overlap "$(awk -v p="$purge_s" -v w="$wrk_s" 'BEGIN { r = p / w; printf "%.2f", (r > 1 ? 1 : r) }')" fraction
+  log "  purge of $PURGE_KEYS took ${purge_s}s (measured run ${wrk_s}s)"
+  stop_node
+}
+
+# 7: RSS per live key actor (idle timeout 1 h: nothing passivates).
+memory_one() {
+  local name=$1 keys=$2 data=$RUN_TMP/mem-$1 rss0 rss1 live0 live1 t0
+  # shellcheck disable=SC2086 # BENCH_MEM_ARGS: words
+  start_node "mem-$name" "$data" --keys.idle-timeout=1h \
+    --keys.max-live="$((keys * 2 + 100000))" ${MEM_ARGS}
+  # Warm up HTTP, connections and one key actor before the baseline.
+  run_wrk "mem-$name-warmup" 200,409 "$THREADS" "$CONNS" 1 hot.lua "$NODE_PORT"
+  sleep 0.5
+  rss0=$(rss_kib "$NODE_PID")
+  live0=$(metric "$LIVE")
+  t0=$EPOCHREALTIME
+  run_wrk_until "mem-$name" 200,409 "$THREADS" "$CONNS" unique.lua "$NODE_PORT" \
+    "$LIVE" "$((live0 + keys))" "${BENCH_MEM_TIMEOUT:-600}" \
+    WRK_KEYS_PER_THREAD="$((keys / THREADS))"
+  emit "memory_$name" oncegate push_s "$(elapsed_since "$t0")" s
+  sleep 1
+  rss1=$(rss_kib "$NODE_PID")
+  live1=$(metric "$LIVE")
+  emit "memory_$name" oncegate keys "$keys" count
+  emit "memory_$name" oncegate live_actors "$live1" count
+  emit "memory_$name" oncegate rss_before_kib "$rss0" KiB
+  emit "memory_$name" oncegate rss_after_kib "$rss1" KiB
+  emit "memory_$name" oncegate bytes_per_actor \
+    "$(awk -v a="$rss0" -v b="$rss1" -v l0="$live0" -v l1="$live1" \
+        'BEGIN { printf "%.0f", (b - a) * 1024 / (l1 - l0) }')" bytes
+  log "  $keys live actors: RSS $rss0 -> $rss1 KiB"
+  stop_node
+}
+
+sc_memory() {
+  memory_one small "$MEM_KEYS"
+  if [ "$MEM_KEYS_LARGE" -gt 0 ]; then
+    memory_one large "$MEM_KEYS_LARGE"
+  else
+    log "  large memory measurement skipped (BENCH_MEM_KEYS_LARGE=0)"
+  fi
+}
+
+# 7b: idle actors passivate: live actors drop to 0 after the load stops.
+sc_passivation() {
+  local data=$RUN_TMP/passivate live out rss1 secs zero_s
+  start_node passivate "$data" --keys.idle-timeout="$IDLE_TIMEOUT"
+  run_wrk_until passivate 200,409 "$THREADS" "$CONNS" unique.lua "$NODE_PORT" \
+    "$NEW_DECISIONS" "$PASSIVATE_KEYS" 120 \
+    WRK_KEYS_PER_THREAD="$((PASSIVATE_KEYS / THREADS))"
+  live=$(metric "$LIVE")
+  rss1=$(rss_kib "$NODE_PID")
+  emit passivation oncegate keys "$PASSIVATE_KEYS" count
+  emit passivation oncegate live_at_load_end "$live" count
+  secs=$(awk -v t="$IDLE_TIMEOUT" 'BEGIN { v = t + 0; if (t ~ /ms$/) v /= 1000; else if (t ~ /min$/) v *= 60; else if (t ~ /h$/) v *= 3600; print int(v * 3 + 15) }')
+  out=$(py wait-metric "$NODE_PORT" "$LIVE" le 0 "$secs") \
+    || die "live actors still ${out#* } ${secs}s after the load stopped (idle timeout $IDLE_TIMEOUT)"
+  # Counted from the moment the node had answered every key of the load.
+  zero_s=$(elapsed_since "$LOAD_END")
+  emit passivation oncegate seconds_to_zero "$zero_s" s
+  emit passivation oncegate live_after "${out#* }" count
+  emit passivation oncegate idle_timeout_s "$(awk -v t="$IDLE_TIMEOUT" 'BEGIN { print t + 0 }')" s
+  emit passivation oncegate passivated_total "$(metric oncegate_key_actors_passivated_total)" count
+  emit passivation oncegate rss_loaded_kib "$rss1" KiB
+  emit passivation oncegate rss_after_kib "$(rss_kib "$NODE_PID")" KiB
+  log "  $live live actors -> 0 in ${zero_s}s after the load (idle timeout $IDLE_TIMEOUT)"
+  stop_node
+}
+
+# 8: cold starts: duplicates of preloaded keys on a fresh node, one
+# connection, each key once (actor spawn + SQLite read per request).
+sc_cold() {
+  local data=$RUN_TMP/cold spawned
+  preload "$data" c- "$COLD_KEYS" >/dev/null
+  start_node cold "$data"
+  run_wrk cold 409 1 1 "$SECS" duplicates.lua "$NODE_PORT" \
+    WRK_POOL="$COLD_KEYS" WRK_PREFIX=c- WRK_ONCE=1 WRK_BODY='{}'
+  emit_wrk cold_start oncegate
+  spawned=$(metric oncegate_key_actors_spawned_total)
+  emit cold_start oncegate keys "$COLD_KEYS" count
+  emit cold_start oncegate cold_starts "$spawned" count
+  [ "$spawned" -ge "$(kv requests)" ] \
+    || die "only $spawned of $(kv requests) requests were cold starts"
+  stop_node
+}
+
+# ---------------------------------------------------------------- report
+machine_info() {
+  local m=$STAGE/machine.txt
+  {
+    printf 'date\t%s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    printf 'nproc\t%s\n' "$(nproc)"
+    printf 'cpu\t%s\n' "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+    printf 'memory\t%s\n' "$(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+    printf 'kernel\t%s\n' "$(uname -sr)"
+    printf 'os\t%s\n' "$( . /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-?}")"
+    printf 'data dir fs\t%s (%s, %s)\n' "$(df --output=fstype "$TMPBASE" | tail -n 1 | tr -d ' ')" \
+      "$(df --output=source "$TMPBASE" | tail -n 1 | tr -d ' ')" "$TMPBASE"
+    printf 'commit\t%s%s\n' "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')" \
+      "$([ -n "$(git -C "$ROOT" --no-optional-locks status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' (working tree modified)')"
+    printf 'binaries\t%s\n' "$BUILD_NOTE"
+    printf 'tools\t%s; %s; %s\n' "$(wrk -v 2>&1 | head -n 1 | awk '{ print $1, $2 }')" \
+      "$(redis-server --version | awk '{ print $1, $2, $3 }')" "$(nginx -v 2>&1 | sed 's/.*: //')"
+    printf 'mode\t%s\n' "$([ "$SMOKE" = 1 ] && echo 'smoke (BENCH_SMOKE=1)' || echo full)"
+    printf 'knobs\tBENCH_SECONDS=%s BENCH_THREADS=%s BENCH_CONNECTIONS=%s BENCH_POOL=%s BENCH_BIG_KEYS=%s BENCH_PURGE_KEYS=%s BENCH_MEM_KEYS=%s BENCH_MEM_KEYS_LARGE=%s BENCH_PASSIVATE_KEYS=%s BENCH_IDLE_TIMEOUT=%s BENCH_COLD_KEYS=%s BENCH_RESTARTS=%s BENCH_NODE_ARGS="%s" BENCH_MEM_ARGS="%s"\n' \
+      "$SECS" "$THREADS" "$CONNS" "$POOL" "$BIG_KEYS" "$PURGE_KEYS" "$MEM_KEYS" \
+      "$MEM_KEYS_LARGE" "$PASSIVATE_KEYS" "$IDLE_TIMEOUT" "$COLD_KEYS" "$RESTARTS" \
+      "$NODE_ARGS" "$MEM_ARGS"
+  } >"$m"
+}
+
+run_group() {
+  local g=$1 t0=$EPOCHREALTIME rc
+  log "== $g"
+  # The group runs in a background subshell that the main shell waits for:
+  # `wait` returns at once on SIGINT/SIGTERM, so the main traps can stop
+  # everything (a foreground subshell would run to its end first).
+  set +e
+  (
+    set -e
+    SCOPE=$g
+    trap 'stop_tracked "$RUN_TMP/pids.$SCOPE"' EXIT
+    "sc_$g"
+  ) &
+  GROUP_PID=$!
+  wait "$GROUP_PID"
+  rc=$?
+  GROUP_PID=
+  set -e
+  printf '%s\t%s\t%s\n' "$g" "$(elapsed_since "$t0")" "$([ $rc = 0 ] && echo ok || echo failed)" >>"$TIMINGS"
+  if [ $rc -ne 0 ]; then
+    grep -q "^$g:" "$FAILURES" || echo "$g: failed (exit $rc), see the log above" >>"$FAILURES"
+    GROUPS_FAILED=$((GROUPS_FAILED + 1))
+  fi
+  log "== $g done in $(elapsed_since "$t0") s ($([ $rc = 0 ] && echo ok || echo FAILED))"
+}
+
+# ---------------------------------------------------------------- main
+check_tools
+build
+log "oncegate: $ONCEGATE_BIN"
+if [ "$SMOKE" = 1 ]; then
+  OUT=${BENCH_OUT:-$(mktemp -d "$TMPBASE/oncegate-bench-smoke.XXXXXX")}
+else
+  OUT=${BENCH_OUT:-$ROOT/docs/benchmarks}
+fi
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+case "$(df --output=fstype "$TMPBASE" | tail -n 1 | tr -d ' ')" in
+  tmpfs|ramfs) log "WARNING: $TMPBASE is $(df --output=fstype "$TMPBASE" | tail -n 1): fsync is free there, numbers are not representative" ;;
+esac
+
+machine_info
+GROUPS_FAILED=0
+for g in $SCENARIOS; do
+  declare -F "sc_$g" >/dev/null || { echo "unknown scenario group $g" >>"$FAILURES"; continue; }
+  run_group "$g"
+done
+# 9: the cluster does not exist yet.
+emit cluster_3node oncegate throughput_ratio NA "not yet: cluster issue"
+
+TOTAL=$(elapsed_since "$START_EPOCH")
+python3 "$LIB/report.py" --csv "$CSV" --machine "$STAGE/machine.txt" \
+  --failures "$FAILURES" --timings "$TIMINGS" --total "$TOTAL" --out "$STAGE"
+plots=""
+for p in throughput latency; do
+  # a header line and at least one data row
+  [ "$(wc -l <"$STAGE/$p.dat")" -gt 1 ] && plots="$plots $p"
+done
+if ! gnuplot -e "dir='$STAGE'; plots='$plots'" "$LIB/plots.gp" 2>"$LOGS/gnuplot.log"; then
+  echo "plots: gnuplot failed: $(tail -n 3 "$LOGS/gnuplot.log")" >>"$FAILURES"
+  log "gnuplot failed: $(tail -n 3 "$LOGS/gnuplot.log")"
+fi
+# Replace this harness's own files in OUT (nothing else there), so that no
+# stale plot of an earlier run survives.
+written=()
+for f in results.csv results.md raw.log throughput.png latency.png; do
+  rm -f "${OUT:?}/$f"
+  if [ -f "$STAGE/$f" ]; then
+    cp "$STAGE/$f" "$OUT/$f"
+    written+=("$f")
+  fi
+done
+log "results in $OUT (${written[*]}); total ${TOTAL}s"
+if [ -s "$FAILURES" ]; then
+  log "failures:"
+  sed 's/^/  /' "$FAILURES" >&2
+  exit 1
+fi
