@@ -1,6 +1,8 @@
 #include "persistence/store_actor.hpp"
 
 #include <chrono>
+#include <iterator>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,33 +15,28 @@
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "persistence/command.hpp"
 #include "persistence/sqlite_store.hpp"
 
 namespace oncegate::persistence {
 
 namespace {
 
-// One operation waiting for the next transaction.
-struct pending_op {
-  enum class kind { claim, update, purge };
-  kind type = kind::claim;
-  claim_request claim;
-  record_update update;
-  int64_t now_ms = 0;
-  uint32_t limit = 0;
+// Who waits for one queued command (the promise of its kind is used).
+struct waiter {
   caf::typed_response_promise<claim_result> claim_rp;
   caf::typed_response_promise<update_result> update_rp;
   caf::typed_response_promise<purge_result> purge_rp;
 
-  void fail(const caf::error& err) {
+  void fail(command::kind type, const caf::error& err) {
     switch (type) {
-      case kind::claim:
+      case command::kind::claim:
         claim_rp.deliver(err);
         break;
-      case kind::update:
+      case command::kind::update:
         update_rp.deliver(err);
         break;
-      case kind::purge:
+      case command::kind::purge:
         purge_rp.deliver(err);
         break;
     }
@@ -49,65 +46,47 @@ struct pending_op {
 struct store_state {
   std::shared_ptr<sqlite_store> db;
   store_actor_options opts;
-  std::vector<pending_op> pending;
+  /// Commands waiting for the next transaction, and who waits for each.
+  std::vector<command> pending;
+  std::vector<waiter> waiters;
+  /// Index of the next batch: a single node numbers its transactions like
+  /// log entries, so that it applies them exactly as a replica would.
+  uint64_t next_index = 1;
   bool flush_scheduled = false;
   store_stats stats;
 
   static inline const char* name = "oncegate.store";
 
-  // Runs one transaction over the first `max_batch` pending operations and
-  // answers them. Results are computed inside the transaction but delivered
-  // only after COMMIT returned.
+  // Applies the first `max_batch` pending commands as one batch (one
+  // transaction, see `apply_batch`) and answers them. Results are computed
+  // inside the transaction but delivered only after COMMIT returned.
   void flush() {
     flush_scheduled = false;
     if (pending.empty())
       return;
     auto n = std::min<size_t>(pending.size(), opts.max_batch);
-    std::vector<pending_op> batch;
-    batch.reserve(n);
-    std::move(pending.begin(), pending.begin() + n, std::back_inserter(batch));
+    std::vector<command> batch(std::make_move_iterator(pending.begin()),
+                               std::make_move_iterator(pending.begin() + n));
+    std::vector<waiter> waiting(std::make_move_iterator(waiters.begin()),
+                                std::make_move_iterator(waiters.begin() + n));
     pending.erase(pending.begin(), pending.begin() + n);
-    std::vector<claim_result> claims(batch.size());
-    std::vector<update_result> updates(batch.size());
-    std::vector<uint64_t> purged(batch.size(), 0);
+    waiters.erase(waiters.begin(), waiters.begin() + n);
     auto started = std::chrono::steady_clock::now();
-    auto err = db->begin();
-    for (size_t i = 0; !err && i < batch.size(); ++i) {
-      auto& op = batch[i];
-      switch (op.type) {
-        case pending_op::kind::claim:
-          if (auto res = db->claim(op.claim))
-            claims[i] = std::move(*res);
-          else
-            err = std::move(res.error());
-          break;
-        case pending_op::kind::update:
-          if (auto res = db->update(op.update))
-            updates[i] = std::move(*res);
-          else
-            err = std::move(res.error());
-          break;
-        case pending_op::kind::purge:
-          if (auto res = db->purge(op.now_ms, op.limit))
-            purged[i] = *res;
-          else
-            err = std::move(res.error());
-          break;
-      }
-    }
-    if (err)
-      db->rollback();
-    else
-      err = db->commit();
-    if (err) {
+    auto results = apply_batch(*db, next_index, batch);
+    if (results && results->size() != batch.size())
+      results = make_error(errc::storage_failure,
+                           "batch " + std::to_string(next_index)
+                             + " was applied before");
+    if (!results) {
       ++stats.failed_commits;
       log::store()->error("store.commit_failed batch={} error={}",
                           batch.size(),
-                          caf::actor_system_config::render(err));
-      for (auto& op : batch)
-        op.fail(err);
+                          caf::actor_system_config::render(results.error()));
+      for (size_t i = 0; i < batch.size(); ++i)
+        waiting[i].fail(batch[i].type, results.error());
       return;
     }
+    ++next_index;
     ++stats.commits;
     stats.commit_seconds.observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
@@ -116,21 +95,21 @@ struct store_state {
     stats.committed_ops += batch.size();
     stats.max_batch = std::max<uint64_t>(stats.max_batch, batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
-      auto& op = batch[i];
-      switch (op.type) {
-        case pending_op::kind::claim:
-          op.claim_rp.deliver(std::move(claims[i]));
+      auto& res = (*results)[i];
+      switch (batch[i].type) {
+        case command::kind::claim:
+          waiting[i].claim_rp.deliver(std::move(res.claim));
           break;
-        case pending_op::kind::update:
-          op.update_rp.deliver(std::move(updates[i]));
+        case command::kind::update:
+          waiting[i].update_rp.deliver(std::move(res.update));
           break;
-        case pending_op::kind::purge: {
-          stats.purged += purged[i];
-          purge_result res;
-          res.purged = purged[i];
+        case command::kind::purge: {
+          stats.purged += res.purged;
+          purge_result pr;
+          pr.purged = res.purged;
           if (auto next = db->next_expiry())
-            res.next_due_ms = *next;
-          op.purge_rp.deliver(res);
+            pr.next_due_ms = *next;
+          waiting[i].purge_rp.deliver(pr);
           break;
         }
       }
@@ -143,13 +122,14 @@ using store_pointer = store_actor::stateful_pointer<store_state>;
 // Queues `op`; the flush message goes behind everything already in the
 // mailbox, so all operations that arrived during the previous commit share
 // the next transaction.
-void enqueue(store_pointer self, pending_op&& op) {
+void enqueue(store_pointer self, command&& cmd, waiter&& w) {
   auto& st = self->state;
   if (st.pending.size() >= st.opts.max_pending) {
-    op.fail(make_error(errc::overloaded, "store queue full"));
+    w.fail(cmd.type, make_error(errc::overloaded, "store queue full"));
     return;
   }
-  st.pending.emplace_back(std::move(op));
+  st.pending.emplace_back(std::move(cmd));
+  st.waiters.emplace_back(std::move(w));
   if (st.pending.size() >= st.opts.max_batch) {
     st.flush();
   } else if (!st.flush_scheduled) {
@@ -163,6 +143,9 @@ store_actor::behavior_type store_impl(store_pointer self,
                                       store_actor_options opts) {
   self->state.db = std::move(db);
   self->state.opts = opts;
+  // Continue the numbering where the file left it.
+  if (auto applied = self->state.db->applied_index())
+    self->state.next_index = *applied + 1;
   // Commit what is queued before going away: those requests were accepted,
   // and their senders are still waiting for an answer.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
@@ -172,21 +155,23 @@ store_actor::behavior_type store_impl(store_pointer self,
   });
   return {
     [self](claim_atom, claim_request& req) {
-      pending_op op;
-      op.type = pending_op::kind::claim;
-      op.claim = std::move(req);
-      op.claim_rp = self->make_response_promise<claim_result>();
-      auto rp = op.claim_rp;
-      enqueue(self, std::move(op));
+      command cmd;
+      cmd.type = command::kind::claim;
+      cmd.claim = std::move(req);
+      waiter w;
+      w.claim_rp = self->make_response_promise<claim_result>();
+      auto rp = w.claim_rp;
+      enqueue(self, std::move(cmd), std::move(w));
       return rp;
     },
     [self](update_atom, record_update& upd) {
-      pending_op op;
-      op.type = pending_op::kind::update;
-      op.update = std::move(upd);
-      op.update_rp = self->make_response_promise<update_result>();
-      auto rp = op.update_rp;
-      enqueue(self, std::move(op));
+      command cmd;
+      cmd.type = command::kind::update;
+      cmd.update = std::move(upd);
+      waiter w;
+      w.update_rp = self->make_response_promise<update_result>();
+      auto rp = w.update_rp;
+      enqueue(self, std::move(cmd), std::move(w));
       return rp;
     },
     [self](get_atom, const std::string& route,
@@ -197,13 +182,14 @@ store_actor::behavior_type store_impl(store_pointer self,
       return std::move(*res);
     },
     [self](purge_atom, int64_t now_ms, uint32_t limit) {
-      pending_op op;
-      op.type = pending_op::kind::purge;
-      op.now_ms = now_ms;
-      op.limit = limit;
-      op.purge_rp = self->make_response_promise<purge_result>();
-      auto rp = op.purge_rp;
-      enqueue(self, std::move(op));
+      command cmd;
+      cmd.type = command::kind::purge;
+      cmd.now_ms = now_ms;
+      cmd.limit = limit;
+      waiter w;
+      w.purge_rp = self->make_response_promise<purge_result>();
+      auto rp = w.purge_rp;
+      enqueue(self, std::move(cmd), std::move(w));
       return rp;
     },
     [self](list_atom, const std::string& route, record_state state,

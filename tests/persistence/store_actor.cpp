@@ -150,6 +150,29 @@ CAF_TEST(purges are answered with what is left) {
   CAF_CHECK_EQUAL((**res)->next_due_ms, 103);
 }
 
+CAF_TEST(each transaction is numbered like a log entry) {
+  CAF_CHECK_EQUAL(db->applied_index(), 0u);
+  auto a = ask<claim_result>(sys, store, claim_atom::value,
+                             make_claim("k1", 1000));
+  sched.run();
+  auto b = ask<claim_result>(sys, store, claim_atom::value,
+                             make_claim("k2", 1000));
+  sched.run();
+  CAF_REQUIRE(*a && **a && *b && **b);
+  CAF_CHECK_EQUAL(db->applied_index(), 2u);
+  // A store actor spawned later on the same file continues the numbering.
+  anon_send_exit(store, caf::exit_reason::user_shutdown);
+  sched.run();
+  store = spawn_store(sys, db, store_actor_options{}, false);
+  sched.run();
+  auto c = ask<claim_result>(sys, store, claim_atom::value,
+                             make_claim("k1", 1001));
+  sched.run();
+  CAF_REQUIRE(*c && **c);
+  CAF_CHECK_EQUAL((**c)->outcome, decision::duplicate);
+  CAF_CHECK_EQUAL(db->applied_index(), 3u);
+}
+
 CAF_TEST(the store commits queued claims before it exits) {
   auto reply = ask<claim_result>(sys, store, claim_atom::value,
                                  make_claim("k1", 1000));
