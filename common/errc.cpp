@@ -36,6 +36,19 @@ caf::error make_error(errc x, std::string context) {
                     caf::make_message(std::move(context))};
 }
 
+std::string describe(const caf::error& err) {
+  if (err.category() != errc_category)
+    return to_string(err);
+  std::string out = "oncegate.";
+  out += to_string(static_cast<errc>(err.code()));
+  auto& ctx = err.context();
+  if (ctx.match_elements<std::string>()) {
+    out += ": ";
+    out += ctx.get_as<std::string>(0);
+  }
+  return out;
+}
+
 errc errc_of(const caf::error& err) {
   if (err.category() != errc_category)
     return errc::none;

@@ -41,6 +41,10 @@ constexpr caf::atom_value errc_category = caf::atom("oncegate");
 caf::error make_error(errc x);
 caf::error make_error(errc x, std::string context);
 
+/// Renders `err` for log lines without an actor system at hand:
+/// `oncegate.commit_failed: <context>` for our codes, CAF's form otherwise.
+std::string describe(const caf::error& err);
+
 /// Returns the `errc` of `err` when it belongs to our category, otherwise
 /// `errc::none`.
 errc errc_of(const caf::error& err);

@@ -81,7 +81,7 @@ struct store_state {
       ++stats.failed_commits;
       log::store()->error("store.commit_failed batch={} error={}",
                           batch.size(),
-                          caf::actor_system_config::render(results.error()));
+                          describe(results.error()));
       for (size_t i = 0; i < batch.size(); ++i)
         waiting[i].fail(batch[i].type, results.error());
       return;
