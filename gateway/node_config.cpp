@@ -63,6 +63,8 @@ node_config::node_config() {
          "operations waiting for a transaction at most (503 beyond)")
     .add(checkpoint_pages, "checkpoint-pages",
          "WAL pages that trigger a background checkpoint")
+    .add(store_on_scheduler, "on-scheduler",
+         "run the store actor on CAF's workers instead of its own thread")
     .add(max_pages, "max-pages",
          "largest database in 4 KiB pages (0: unlimited; 503 beyond)");
   opt_group{custom_options_, "admin"}
@@ -113,6 +115,7 @@ node_options node_config::node_opts() const {
   res.data_dir = data_dir;
   res.store.checkpoint_pages = static_cast<uint32_t>(checkpoint_pages);
   res.store.max_pages = max_pages;
+  res.detached_store = !store_on_scheduler;
   res.store_actor.max_batch = static_cast<uint32_t>(max_batch);
   res.store_actor.max_pending = static_cast<uint32_t>(max_pending);
   res.registry.max_live_keys = max_live_keys;

@@ -67,6 +67,7 @@ public:
   size_t max_pending = 65536;
   size_t checkpoint_pages = 4000;
   size_t max_pages = 0;
+  bool store_on_scheduler = false;
 
   // [admin]
   std::string admin_token;
