@@ -46,4 +46,9 @@ std::shared_ptr<spdlog::logger> store() {
   return lg;
 }
 
+std::shared_ptr<spdlog::logger> cluster() {
+  static auto lg = get("cluster");
+  return lg;
+}
+
 } // namespace oncegate::log

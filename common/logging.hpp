@@ -16,5 +16,6 @@ void init(const std::string& level);
 std::shared_ptr<spdlog::logger> gateway();
 std::shared_ptr<spdlog::logger> actors();
 std::shared_ptr<spdlog::logger> store();
+std::shared_ptr<spdlog::logger> cluster();
 
 } // namespace oncegate::log

@@ -9,6 +9,7 @@ packages=(
   libcaf-dev libsqlite3-dev sqlite3
   libboost1.81-dev libboost-json1.81-dev
   libspdlog-dev libssl-dev
+  libraft-dev libuv1-dev pkg-config
   python3 curl openssl
   # fuzz targets (libFuzzer ships in clang's runtime package)
   clang libclang-rt-14-dev
