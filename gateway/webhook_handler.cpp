@@ -68,8 +68,13 @@ bool acceptable_media_type(std::optional<std::string_view> value) {
   return lower == "application/json" || lower == "text/plain";
 }
 
-std::string accepted_body(const idempotency_key& key, int64_t now_ms) {
-  std::string out = R"({"status":"accepted","idempotency_key":)";
+// `{"status":"<status>","idempotency_key":...,"key_source":...,
+// "received_at":...}`: the body of 200 accepted and 202 in progress.
+std::string status_body(const char* status, const idempotency_key& key,
+                        int64_t now_ms) {
+  std::string out = R"({"status":")";
+  out += status;
+  out += R"(","idempotency_key":)";
   append_json_string(out, key.value);
   out += R"(,"key_source":")";
   out += to_string(key.source);
@@ -168,17 +173,6 @@ http_response duplicate_response(const route_config& route,
   extend_problem(res, extra);
   res.set("Idempotent-Replayed", "true");
   return res;
-}
-
-std::string in_progress_body(const idempotency_key& key, int64_t now_ms) {
-  std::string out = R"({"status":"in_progress","idempotency_key":)";
-  append_json_string(out, key.value);
-  out += R"(,"key_source":")";
-  out += to_string(key.source);
-  out += R"(","received_at":")";
-  out += format_timestamp(now_ms);
-  out += "\"}";
-  return out;
 }
 
 std::string record_json(const record& rec) {
@@ -437,7 +431,7 @@ void webhook_handler::handle_webhook(const route_config& route,
   } else {
     claim.initial_state = record_state::completed;
     claim.status = 200;
-    claim.response = accepted_body(key, now);
+    claim.response = status_body("accepted", key, now);
   }
   claim.signal = std::move(req.body);
   log::gateway()->debug("[C{}][R{}] claim.submit route={} key_source={}",
@@ -511,7 +505,7 @@ void webhook_handler::forward(const route_config& route,
   auto idx = opts_.routes.index_of(route);
   if (route.respond_after.count() > 0)
     upstream_->after(route.respond_after, [fl, info] {
-      auto res = json_response(202, in_progress_body(info->key,
+      auto res = json_response(202, status_body("in_progress", info->key,
                                                      info->first_seen_ms));
       common_headers(res, info->key.value);
       fl->answer(std::move(res));
