@@ -34,8 +34,12 @@ std::optional<cache_hit> decision_cache::lookup(std::string_view routing,
   if (!enabled())
     return std::nullopt;
   auto& sh = shard_for(routing);
+  // C++17's unordered_map cannot look up by string_view; reuse one buffer
+  // per thread instead of allocating a key per lookup.
+  thread_local std::string probe;
+  probe.assign(routing.data(), routing.size());
   std::lock_guard<std::mutex> guard{sh.mtx};
-  auto i = sh.map.find(std::string{routing});
+  auto i = sh.map.find(probe);
   if (i == sh.map.end() || now_ms >= i->second.expires_at_ms)
     return std::nullopt;
   auto& e = i->second;
