@@ -639,6 +639,24 @@ void webhook_handler::handle_admin_list(http_request& req, responder& done) {
              });
 }
 
+void webhook_handler::admin_update(
+  record_update upd, responder done,
+  std::function<http_response(const update_result&)> answer) {
+  auto routing = routing_key(upd.route, upd.key);
+  auto key = upd.key;
+  node_.update(std::move(upd),
+               [this, done = std::move(done), answer = std::move(answer),
+                routing = std::move(routing),
+                key = std::move(key)](reply<update_result> rep) {
+                 // Before an operator's change is acknowledged, no HTTP thread
+                 // may answer from the key's old decision any more.
+                 cache_.forget(routing);
+                 if (!rep.ok)
+                   return done(unavailable_response(rep.error, key));
+                 done(answer(rep.value));
+               });
+}
+
 void webhook_handler::handle_admin(http_request& req, responder& done) {
   auto& admin = opts_.admin;
   if (!admin.token.empty()) {
@@ -712,33 +730,26 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
       upd.headers = "Content-Type: " + ct->second.text;
     log::gateway()->info("[C{}][R{}] admin.complete route={} status={}",
                          req.conn_id, req.req_id, route->name, code);
-    return node_.update(
-      std::move(upd), [this, done = std::move(done), k = *key,
-                       routing = routing_key(route->name, *key)](
-                        reply<update_result> rep) {
-        cache_.forget(routing);
-        if (!rep.ok) {
-          return done(unavailable_response(rep.error, k));
-        }
-        if (!rep.value.applied)
-          return done(make_problem(
-            {rep.value.current.found ? 409 : 404,
-             rep.value.current.found ? "not-unsettled" : "not-found",
-             rep.value.current.found ? "Not unsettled" : "Not found",
-             rep.value.current.found
-               ? "only in-flight or in-doubt records can be completed"
-               : "no record for this key"},
-            k));
-        done(json_response(200, record_json(rep.value.current.rec)));
-      });
+    return admin_update(std::move(upd), std::move(done),
+                        [](const update_result& res) {
+                          if (res.applied)
+                            return json_response(200,
+                                                 record_json(res.current.rec));
+                          if (!res.current.found)
+                            return not_found("no record for this key");
+                          return make_problem(
+                            {409, "not-unsettled", "Not unsettled",
+                             "only in-flight or in-doubt records can be "
+                             "completed"},
+                            res.current.rec.key);
+                        });
   }
   if (req.method == "GET" || req.method == "HEAD") {
     return node_.lookup(
       route->name, *key,
       [done = std::move(done), k = *key](reply<lookup_result> rep) {
-        if (!rep.ok) {
+        if (!rep.ok)
           return done(unavailable_response(rep.error, k));
-        }
         if (!rep.value.found)
           return done(not_found("no record for this key"));
         done(json_response(200, record_json(rep.value.rec)));
@@ -751,23 +762,15 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
     upd.op = transition::release;
     log::gateway()->info("[C{}][R{}] admin.release route={}", req.conn_id,
                          req.req_id, route->name);
-    return node_.update(
-      std::move(upd), [this, done = std::move(done), k = *key,
-                       routing = routing_key(route->name, *key)](
-                        reply<update_result> rep) {
-        // Before the release is acknowledged, no HTTP thread may answer
-        // from the released decision any more.
-        cache_.forget(routing);
-        if (!rep.ok) {
-          return done(unavailable_response(rep.error, k));
-        }
-        if (!rep.value.applied)
-          return done(not_found("no record for this key"));
-        std::string body = R"({"released":true,"key":)";
-        append_json_string(body, k);
-        body += '}';
-        done(json_response(200, std::move(body)));
-      });
+    return admin_update(std::move(upd), std::move(done),
+                        [k = *key](const update_result& res) {
+                          if (!res.applied)
+                            return not_found("no record for this key");
+                          std::string body = R"({"released":true,"key":)";
+                          append_json_string(body, k);
+                          body += '}';
+                          return json_response(200, std::move(body));
+                        });
   }
   done(method_not_allowed("GET, HEAD, DELETE"));
 }

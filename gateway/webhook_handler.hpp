@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/clock.hpp"
@@ -60,6 +61,9 @@ private:
   void forward(const route_config& route, std::shared_ptr<key_info> key,
                std::string body, std::string content_type, responder done);
   void handle_admin(http_request& req, responder& done);
+  /// Applies an operator's change to a record and answers with `answer`.
+  void admin_update(record_update upd, responder done,
+                    std::function<http_response(const update_result&)> answer);
   void handle_admin_list(http_request& req, responder& done);
 
   webhook_options opts_;
