@@ -1,6 +1,8 @@
 #include "actors/messages.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <thread>
 #include <string>
 
 #include <caf/message.hpp>
@@ -10,6 +12,13 @@
 #include "actors/registry.hpp"
 
 namespace oncegate {
+
+void set_scheduler_defaults(caf::actor_system_config& cfg) {
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  cfg.set("scheduler.max-threads",
+          static_cast<size_t>(
+            std::max(1u, std::thread::hardware_concurrency())));
+}
 
 void register_types(caf::actor_system_config& cfg) {
   // CAF 0.17's add_error_category<T> does not compile; render by hand.

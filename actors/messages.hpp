@@ -14,4 +14,9 @@ namespace oncegate {
 /// fixtures), so that messages can cross nodes and errors render by name.
 void register_types(caf::actor_system_config& cfg);
 
+/// Sets the measured scheduler defaults (docs/benchmarks/scheduler.md): the
+/// sharing policy with one worker per core. CAF's own default is work
+/// stealing with max(4, cores) workers. Both stay overridable.
+void set_scheduler_defaults(caf::actor_system_config& cfg);
+
 } // namespace oncegate

@@ -39,10 +39,7 @@ struct bench_config : caf::actor_system_config {
 
   bench_config() {
     register_types(*this);
-    // The node's defaults (gateway/node_config.cpp); override on the CLI.
-    set("scheduler.policy", caf::atom("sharing"));
-    set("scheduler.max-threads",
-        static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency())));
+    set_scheduler_defaults(*this); // the node's; override on the CLI
     opt_group{custom_options_, "global"}
       .add(mode, "mode", "unique (every claim a new key) or hot (one key)")
       .add(clients, "clients", "requests kept outstanding")

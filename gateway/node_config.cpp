@@ -21,12 +21,7 @@ std::chrono::milliseconds to_ms(caf::timespan x) {
 
 node_config::node_config() {
   register_types(*this);
-  // Measured on 2 vCPUs (docs/benchmarks/scheduler.md): the sharing
-  // scheduler with one thread per core has the best durable throughput and
-  // the lowest tails; CAF's default is work stealing with max(4, cores).
-  set("scheduler.policy", caf::atom("sharing"));
-  set("scheduler.max-threads",
-      static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency())));
+  set_scheduler_defaults(*this);
   opt_group{custom_options_, "global"}
     .add(http_host, "http-host", "address the HTTP listener binds")
     .add(http_port, "http-port", "HTTP port (0: any free port)")
