@@ -52,6 +52,8 @@ record make_record(const claim_request& req) {
   r.headers = req.headers;
   r.response = req.response;
   r.signal = req.signal;
+  r.owner = req.owner;
+  r.request_id = req.request_id;
   return r;
 }
 

@@ -30,6 +30,9 @@ const char* to_string(record_state x);
 /// The outcome of a claim as decided by the store.
 enum class decision : uint8_t {
   /// No live record existed: this request owns the key and may execute.
+  /// Also the answer when the live record is this very request attempt's
+  /// (same fingerprint, owner and non-zero request id): it asks again
+  /// because the first answer was lost, and already owns the key.
   accepted = 0,
   /// A live record with the same fingerprint exists.
   duplicate = 1,
@@ -64,13 +67,17 @@ struct record {
   std::string response;
   /// The request body as received.
   std::string signal;
+  /// Id of the node whose gateway made the claim (0: a single node).
+  uint64_t owner = 0;
+  /// The HTTP request attempt that made the claim (0: none).
+  uint64_t request_id = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, record& x) {
   return f(caf::meta::type_name("record"), x.route, x.key, x.state,
            x.fingerprint, x.first_seen_ms, x.expires_at_ms, x.status,
-           x.headers, x.response, x.signal);
+           x.headers, x.response, x.signal, x.owner, x.request_id);
 }
 
 /// Returns whether `x` is still live at wall-clock time `now_ms`.
@@ -94,13 +101,19 @@ struct claim_request {
   std::string headers;
   std::string response;
   std::string signal;
+  /// Id of the node whose gateway makes the claim (0: a single node).
+  uint64_t owner = 0;
+  /// Unique per HTTP request attempt (0: none). The same attempt asking
+  /// again (its earlier claim committed, but the answer was lost with a
+  /// leader) is recognised by it and gets its own record back as accepted.
+  uint64_t request_id = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, claim_request& x) {
   return f(caf::meta::type_name("claim_request"), x.route, x.key,
            x.fingerprint, x.now_ms, x.ttl_ms, x.initial_state, x.status,
-           x.headers, x.response, x.signal);
+           x.headers, x.response, x.signal, x.owner, x.request_id);
 }
 
 /// Builds the record that a successful claim stores.

@@ -9,7 +9,10 @@ namespace oncegate::persistence {
 
 namespace {
 
-constexpr uint32_t batch_magic = 0x3143474F; // "OGC1"
+// "OGC2": claims carry owner and request id, and doubts exist. "OGC1"
+// entries were never written to a Raft log (no build ran a cluster), so
+// they are refused like any other unknown format.
+constexpr uint32_t batch_magic = 0x3243474F;
 
 class writer {
 public:
@@ -27,10 +30,13 @@ public:
       u8(static_cast<uint8_t>(x >> (8 * i)));
   }
 
-  void i64(int64_t x) {
-    auto u = static_cast<uint64_t>(x);
+  void u64(uint64_t x) {
     for (int i = 0; i < 8; ++i)
-      u8(static_cast<uint8_t>(u >> (8 * i)));
+      u8(static_cast<uint8_t>(x >> (8 * i)));
+  }
+
+  void i64(int64_t x) {
+    u64(static_cast<uint64_t>(x));
   }
 
   void str(const std::string& x) {
@@ -75,6 +81,10 @@ public:
       return false;
     x = static_cast<uint32_t>(v);
     return true;
+  }
+
+  bool u64(uint64_t& x) {
+    return le(8, x);
   }
 
   bool i64(int64_t& x) {
@@ -145,6 +155,8 @@ std::string encode_batch(const std::vector<command>& batch) {
         w.str(c.headers);
         w.str(c.response);
         w.str(c.signal);
+        w.u64(c.owner);
+        w.u64(c.request_id);
         break;
       }
       case command::kind::update: {
@@ -161,6 +173,10 @@ std::string encode_batch(const std::vector<command>& batch) {
       case command::kind::purge:
         w.i64(cmd.now_ms);
         w.u32(cmd.limit);
+        break;
+      case command::kind::doubt:
+        w.u64(cmd.owner);
+        w.i64(cmd.before_ms);
         break;
     }
   }
@@ -195,7 +211,7 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
              && r.i64(c.now_ms) && r.i64(c.ttl_ms) && r.u8(state)
              && state <= static_cast<uint8_t>(record_state::in_doubt)
              && r.u16(c.status) && r.str(c.headers) && r.str(c.response)
-             && r.str(c.signal);
+             && r.str(c.signal) && r.u64(c.owner) && r.u64(c.request_id);
         c.initial_state = static_cast<record_state>(state);
         break;
       }
@@ -213,6 +229,10 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
       case static_cast<uint8_t>(command::kind::purge):
         cmd.type = command::kind::purge;
         ok = r.i64(cmd.now_ms) && r.u32(cmd.limit);
+        break;
+      case static_cast<uint8_t>(command::kind::doubt):
+        cmd.type = command::kind::doubt;
+        ok = r.u64(cmd.owner) && r.i64(cmd.before_ms);
         break;
       default:
         return malformed("unknown command");
@@ -266,6 +286,13 @@ apply_batch(sqlite_store& db, uint64_t index,
         if (!res)
           return fail(std::move(res.error()));
         results[i].purged = *res;
+        break;
+      }
+      case command::kind::doubt: {
+        auto res = db.doubt(cmd.owner, cmd.before_ms);
+        if (!res)
+          return fail(std::move(res.error()));
+        results[i].doubted = *res;
         break;
       }
     }

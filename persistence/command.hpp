@@ -14,7 +14,7 @@ namespace oncegate::persistence {
 /// One state change of the store, as it travels in a replicated log entry
 /// (the cluster) or is applied directly (a single node).
 struct command {
-  enum class kind : uint8_t { claim = 1, update = 2, purge = 3 };
+  enum class kind : uint8_t { claim = 1, update = 2, purge = 3, doubt = 4 };
   kind type = kind::claim;
   claim_request claim;
   record_update update;
@@ -22,12 +22,18 @@ struct command {
   /// records) and the chunk size.
   int64_t now_ms = 0;
   uint32_t limit = 0;
+  /// For doubts (`sqlite_store::doubt`): whose in-flight records turn
+  /// in-doubt (0: any owner's), and only those first seen before
+  /// `before_ms` (INT64_MAX: all).
+  uint64_t owner = 0;
+  int64_t before_ms = 0;
 };
 
-/// Encodes a batch of commands as one log entry: a magic word, the count,
-/// then each command's fields (integers little-endian, strings as a 32-bit
-/// length and bytes), zero-padded to a multiple of 8 bytes (libraft's
-/// entries must be; an unpadded entry corrupts its on-disk log).
+/// Encodes a batch of commands as one log entry: a magic word (naming the
+/// format's version), the count, then each command's fields (integers
+/// little-endian, strings as a 32-bit length and bytes), zero-padded to a
+/// multiple of 8 bytes (libraft's entries must be; an unpadded entry
+/// corrupts its on-disk log).
 std::string encode_batch(const std::vector<command>& batch);
 
 /// Decodes what `encode_batch` wrote; fails with `errc::invalid_argument`
@@ -42,6 +48,8 @@ struct command_result {
   claim_result claim;
   update_result update;
   uint64_t purged = 0;
+  /// For doubts: how many records turned in-doubt.
+  uint64_t doubted = 0;
 };
 
 /// Applies log entry `index` (a batch) to `db` in one transaction that also

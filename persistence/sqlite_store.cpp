@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -39,6 +40,11 @@ const char* const migrations[] = {
   "ALTER TABLE records ADD COLUMN headers BLOB NOT NULL DEFAULT x'';"
   "CREATE INDEX records_unsettled ON records(route, state, key)"
   "  WHERE state != 1;",
+  // 2 -> 3: who made each claim (node and request attempt), so that an
+  // attempt asking again after a lost answer is recognised, and a node's
+  // in-flight records can be doubted when it restarts.
+  "ALTER TABLE records ADD COLUMN owner INTEGER NOT NULL DEFAULT 0;"
+  "ALTER TABLE records ADD COLUMN request_id INTEGER NOT NULL DEFAULT 0;",
 };
 
 static_assert(std::size(migrations) == sqlite_store::schema_version);
@@ -51,6 +57,7 @@ constexpr const char* create_meta_sql
 // Prepared statements, by name.
 enum stmt_id : size_t {
   stmt_begin,
+  stmt_begin_read,
   stmt_commit,
   stmt_rollback,
   stmt_select_record,
@@ -60,7 +67,7 @@ enum stmt_id : size_t {
   stmt_mark_in_doubt,
   stmt_release,
   stmt_list_state,
-  stmt_doubt_in_flight,
+  stmt_doubt,
   stmt_purge,
   stmt_next_expiry,
   stmt_count,
@@ -75,24 +82,28 @@ const char* const statements[stmt_count_ids] = {
   // stmt_begin: IMMEDIATE takes the write lock up front, so a commit cannot
   // fail on lock upgrade half way through a batch.
   "BEGIN IMMEDIATE",
+  // stmt_begin_read: the read lock (and so the state it sees) is taken by
+  // the first read inside the transaction.
+  "BEGIN DEFERRED",
   // stmt_commit
   "COMMIT",
   // stmt_rollback
   "ROLLBACK",
   // stmt_select_record
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
-  "       response, signal, headers"
+  "       response, signal, headers, owner, request_id"
   "  FROM records WHERE route = ?1 AND key = ?2",
   // stmt_insert_new: most claims are for new keys; one statement decides
   // them (a conflict changes nothing and falls back to reading the row).
-  "INSERT INTO records(route, key, state, fingerprint,"
-  "  first_seen_ms, expires_at_ms, status, response, signal, headers)"
-  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+  "INSERT INTO records(route, key, state, fingerprint, first_seen_ms,"
+  "  expires_at_ms, status, response, signal, headers, owner, request_id)"
+  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
   "  ON CONFLICT(route, key) DO NOTHING",
   // stmt_upsert_record
   "INSERT OR REPLACE INTO records(route, key, state, fingerprint,"
-  "  first_seen_ms, expires_at_ms, status, response, signal, headers)"
-  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+  "  first_seen_ms, expires_at_ms, status, response, signal, headers,"
+  "  owner, request_id)"
+  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
   // stmt_complete: from in_flight (0) or in_doubt (2) to completed (1).
   "UPDATE records SET state = 1, status = ?3, response = ?4, headers = ?6"
   "  WHERE route = ?1 AND key = ?2 AND state IN (0, 2)"
@@ -107,13 +118,15 @@ const char* const statements[stmt_count_ids] = {
   // stmt_list_state: through the unsettled index (state != 1; only for
   // the unsettled states it lists).
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
-  "       response, signal, headers, key"
+  "       response, signal, headers, owner, request_id, key"
   "  FROM records WHERE route = ?1 AND state = ?2 AND key > ?3"
   "    AND state != 1"
   "  ORDER BY key LIMIT ?4",
-  // stmt_doubt_in_flight. `state != 1` repeats the partial index's WHERE so
-  // that SQLite uses the index instead of scanning every record at start.
-  "UPDATE records SET state = 2 WHERE state = 0 AND state != 1",
+  // stmt_doubt: in_flight (0) -> in_doubt (2) for the claims of owner ?1
+  // (0: any) first seen before ?2. `state != 1` repeats the partial index's
+  // WHERE so that SQLite uses the index instead of scanning every record.
+  "UPDATE records SET state = 2 WHERE state = 0 AND state != 1"
+  "  AND (?1 = 0 OR owner = ?1) AND first_seen_ms < ?2",
   // stmt_purge: oldest first through the expiry index, bounded.
   "DELETE FROM records WHERE rowid IN ("
   "  SELECT rowid FROM records WHERE expires_at_ms <= ?1"
@@ -234,6 +247,8 @@ struct sqlite_store::impl {
   store_options opts;
   int version = 0;
   bool in_txn = false;
+  /// Opened by `open_reader`: never writes, never checkpoints.
+  bool read_only = false;
   std::unique_ptr<checkpointer> ckpt;
 
   ~impl() {
@@ -245,8 +260,9 @@ struct sqlite_store::impl {
     if (db) {
       // Fold the WAL into the database so that the next start reads one
       // file; harmless when it cannot (the WAL is replayed on open).
-      sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_TRUNCATE,
-                                nullptr, nullptr);
+      if (!read_only)
+        sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_TRUNCATE,
+                                  nullptr, nullptr);
       sqlite3_close(db);
     }
   }
@@ -273,6 +289,8 @@ struct sqlite_store::impl {
     rec.response = column_blob(st, 5);
     rec.signal = column_blob(st, 6);
     rec.headers = column_blob(st, 7);
+    rec.owner = static_cast<uint64_t>(sqlite3_column_int64(st, 8));
+    rec.request_id = static_cast<uint64_t>(sqlite3_column_int64(st, 9));
     return rec;
   }
 
@@ -297,11 +315,13 @@ struct sqlite_store::impl {
     return caf::none;
   }
 
+  // Prepares every statement not prepared yet.
   caf::error prepare_all() {
     for (size_t i = 0; i < stmt_count_ids; ++i)
-      if (sqlite3_prepare_v3(db, statements[i], -1, SQLITE_PREPARE_PERSISTENT,
-                             &stmts[i], nullptr)
-          != SQLITE_OK)
+      if (!stmts[i]
+          && sqlite3_prepare_v3(db, statements[i], -1,
+                                SQLITE_PREPARE_PERSISTENT, &stmts[i], nullptr)
+               != SQLITE_OK)
         return sqlite_error(db, statements[i]);
     return caf::none;
   }
@@ -423,6 +443,47 @@ sqlite_store::open(const store_options& opts) {
   return std::unique_ptr<sqlite_store>{new sqlite_store(std::move(ptr))};
 }
 
+caf::expected<std::unique_ptr<sqlite_store>>
+sqlite_store::open_reader(const store_options& opts) {
+  auto ptr = std::make_unique<impl>();
+  ptr->opts = opts;
+  ptr->read_only = true;
+  // Read-write without create: a WAL reader maps the shared-memory file,
+  // and a missing database must fail rather than appear empty.
+  if (sqlite3_open_v2(opts.path.c_str(), &ptr->db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr)
+      != SQLITE_OK)
+    return sqlite_error(ptr->db, ("open reader " + opts.path).c_str());
+  sqlite3_extended_result_codes(ptr->db, 1);
+  sqlite3_busy_timeout(ptr->db, static_cast<int>(opts.busy_timeout_ms));
+  // Checkpoints are the writer's: closing the last connection would
+  // otherwise checkpoint from whichever thread closes a reader.
+  sqlite3_db_config(ptr->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  if (auto err = ptr->exec("PRAGMA query_only=1"))
+    return err;
+  if (sqlite3_prepare_v3(ptr->db, statements[stmt_get_version], -1,
+                         SQLITE_PREPARE_PERSISTENT,
+                         &ptr->stmts[stmt_get_version], nullptr)
+      != SQLITE_OK)
+    return sqlite_error(ptr->db, "read schema version");
+  auto v = ptr->read_version();
+  if (!v)
+    return std::move(v.error());
+  if (*v > schema_version)
+    return make_error(errc::schema_too_new,
+                      "database schema " + std::to_string(*v)
+                        + ", this build knows up to "
+                        + std::to_string(schema_version));
+  if (*v < schema_version)
+    return make_error(errc::storage_failure,
+                      "database schema " + std::to_string(*v) + " of "
+                        + opts.path + " not migrated: open the writer first");
+  ptr->version = *v;
+  if (auto err = ptr->prepare_all())
+    return err;
+  return std::unique_ptr<sqlite_store>{new sqlite_store(std::move(ptr))};
+}
+
 sqlite_store::sqlite_store(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
   // nop
 }
@@ -473,6 +534,8 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
     bind_blob(st, 8, rec.response);
     bind_blob(st, 9, rec.signal);
     bind_blob(st, 10, rec.headers);
+    sqlite3_bind_int64(st, 11, static_cast<int64_t>(rec.owner));
+    sqlite3_bind_int64(st, 12, static_cast<int64_t>(rec.request_id));
   };
   {
     result.rec = make_record(req);
@@ -504,9 +567,14 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
     }
   }
   if (existed && live(result.rec, req.now_ms)) {
-    result.outcome = result.rec.fingerprint == req.fingerprint
-                       ? decision::duplicate
-                       : decision::mismatch;
+    auto& rec = result.rec;
+    if (rec.fingerprint != req.fingerprint)
+      result.outcome = decision::mismatch;
+    else if (req.request_id != 0 && rec.request_id == req.request_id
+             && rec.owner == req.owner)
+      result.outcome = decision::accepted; // the same attempt asks again
+    else
+      result.outcome = decision::duplicate;
     return result;
   }
   result.outcome = existed ? decision::renewed : decision::accepted;
@@ -574,7 +642,7 @@ caf::expected<record_page> sqlite_store::list(const std::string& route,
       break;
     if (rc != SQLITE_ROW)
       return sqlite_error(impl_->db, "list records");
-    auto key = column_blob(st, 8);
+    auto key = column_blob(st, 10);
     if (page.records.size() == limit) {
       page.next_after = page.records.back().key;
       break;
@@ -584,10 +652,18 @@ caf::expected<record_page> sqlite_store::list(const std::string& route,
   return page;
 }
 
-caf::expected<uint64_t> sqlite_store::doubt_in_flight() {
-  if (auto err = impl_->step_done(stmt_doubt_in_flight))
+caf::expected<uint64_t> sqlite_store::doubt(uint64_t owner,
+                                            int64_t before_ms) {
+  auto st = impl_->stmts[stmt_doubt];
+  sqlite3_bind_int64(st, 1, static_cast<int64_t>(owner));
+  sqlite3_bind_int64(st, 2, before_ms);
+  if (auto err = impl_->step_done(stmt_doubt))
     return err;
   return static_cast<uint64_t>(sqlite3_changes(impl_->db));
+}
+
+caf::expected<uint64_t> sqlite_store::doubt_in_flight() {
+  return doubt(0, std::numeric_limits<int64_t>::max());
 }
 
 caf::expected<lookup_result> sqlite_store::load(const std::string& route,
@@ -656,6 +732,110 @@ caf::error sqlite_store::set_applied_index(uint64_t index) {
   return impl_->step_done(stmt_set_applied);
 }
 
+caf::expected<uint64_t> sqlite_store::begin_read() {
+  if (auto err = impl_->step_done(stmt_begin_read))
+    return err;
+  impl_->in_txn = true;
+  auto index = applied_index();
+  if (!index)
+    rollback();
+  return index;
+}
+
+caf::expected<std::string> sqlite_store::snapshot_image() {
+  sqlite3_int64 size = 0;
+  auto bytes = sqlite3_serialize(impl_->db, "main", &size, 0);
+  if (bytes == nullptr)
+    return sqlite_error(impl_->db, "serialize database");
+  std::string image(reinterpret_cast<const char*>(bytes),
+                    static_cast<size_t>(size));
+  sqlite3_free(bytes);
+  // Bytes 18 and 19 of the header say WAL (2); an image is a file of its
+  // own, which SQLite opens in memory only as a rollback-journal one (1).
+  if (image.size() >= 20)
+    image[18] = image[19] = 1;
+  return image;
+}
+
+caf::error sqlite_store::restore_image(std::string_view image) {
+  auto& x = *impl_;
+  if (x.read_only)
+    return make_error(errc::invalid_argument,
+                      "restore image: read-only connection");
+  static constexpr std::string_view magic{"SQLite format 3\0", 16};
+  if (image.size() < 100 || image.substr(0, 16) != magic)
+    return make_error(errc::invalid_argument,
+                      "restore image: not an SQLite database");
+  // The image as a read-only in-memory database, without copying it.
+  sqlite3* mem = nullptr;
+  if (sqlite3_open_v2(":memory:", &mem,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr)
+      != SQLITE_OK) {
+    auto err = sqlite_error(mem, "restore image: open memory database");
+    sqlite3_close(mem);
+    return err;
+  }
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> mem_guard{mem, sqlite3_close};
+  auto data = reinterpret_cast<unsigned char*>(const_cast<char*>(image.data()));
+  auto size = static_cast<sqlite3_int64>(image.size());
+  if (sqlite3_deserialize(mem, "main", data, size, size,
+                          SQLITE_DESERIALIZE_READONLY)
+      != SQLITE_OK)
+    return sqlite_error(mem, "restore image: deserialize");
+  // Check what it is before anything of the live database changes.
+  int64_t image_version = 0;
+  {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(mem, statements[stmt_get_version], -1, &st,
+                           nullptr)
+        != SQLITE_OK) {
+      sqlite3_finalize(st);
+      return make_error(errc::invalid_argument,
+                        std::string{"restore image: no oncegate database: "}
+                          + sqlite3_errmsg(mem));
+    }
+    auto rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+      image_version = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+      return sqlite_error(mem, "restore image: read schema version");
+  }
+  if (image_version < 1)
+    return make_error(errc::invalid_argument,
+                      "restore image: no schema version");
+  if (image_version > schema_version)
+    return make_error(errc::schema_too_new,
+                      "restore image: schema "
+                        + std::to_string(image_version)
+                        + ", this build knows up to "
+                        + std::to_string(schema_version));
+  // One write transaction on the live database: readers see the old or the
+  // new content, and a crash leaves one of them.
+  auto backup = sqlite3_backup_init(x.db, "main", mem, "main");
+  if (backup == nullptr)
+    return sqlite_error(x.db, "restore image: start backup");
+  auto rc = sqlite3_backup_step(backup, -1);
+  auto finish_rc = sqlite3_backup_finish(backup);
+  if (rc != SQLITE_DONE || finish_rc != SQLITE_OK) {
+    std::string ctx = "restore image: copy: ";
+    ctx += sqlite3_errstr(rc != SQLITE_DONE ? rc : finish_rc);
+    return make_error(errc::storage_failure, std::move(ctx));
+  }
+  // The WAL may have grown by the whole image: let the checkpointer fold it
+  // in without waiting for the next commit.
+  if (x.ckpt)
+    x.ckpt->poke();
+  if (auto err = x.migrate())
+    return err;
+  auto applied = applied_index();
+  if (!applied)
+    return std::move(applied.error());
+  log::store()->info("store.restored bytes={} schema={} applied_index={}",
+                     image.size(), image_version, *applied);
+  return caf::none;
+}
+
 caf::error sqlite_store::limit_pages(uint64_t pages) {
   auto sql = "PRAGMA max_page_count=" + std::to_string(pages);
   return impl_->exec(sql.c_str());
@@ -663,6 +843,10 @@ caf::error sqlite_store::limit_pages(uint64_t pages) {
 
 int sqlite_store::version() const {
   return impl_->version;
+}
+
+const store_options& sqlite_store::options() const {
+  return impl_->opts;
 }
 
 } // namespace oncegate::persistence

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
@@ -31,19 +32,30 @@ struct store_options {
 /// Not thread-safe: one owner (the store actor) calls every member. All SQL
 /// of oncegate lives in the implementation file, prepared once. A background
 /// thread with its own connection runs WAL checkpoints off the commit path.
+/// Further connections to the same file (`open_reader`) may live on other
+/// threads, one owner each.
 ///
 /// Writes happen between `begin` and `commit`; a decision is durable only
 /// once `commit` returned without error.
 class sqlite_store {
 public:
   /// The schema version this build writes.
-  static constexpr int schema_version = 2;
+  static constexpr int schema_version = 3;
 
-  /// Opens (creating or migrating) the database. Fails with
+  /// Opens (creating or migrating) the database: the writer. Fails with
   /// `errc::storage_failure` (SQLite's message as context) or
   /// `errc::schema_too_new`.
   static caf::expected<std::unique_ptr<sqlite_store>>
   open(const store_options& opts);
+
+  /// Opens a connection that only reads an existing database which a writer
+  /// (`open`) created and migrated, e.g. to serve lookups while the Raft
+  /// thread writes through the writer: no migrations, no checkpointer,
+  /// `query_only` (every write fails). It sees each commit of the writer
+  /// from the next statement on. Fails with `errc::storage_failure` (no such
+  /// file, or a schema older than this build's) or `errc::schema_too_new`.
+  static caf::expected<std::unique_ptr<sqlite_store>>
+  open_reader(const store_options& opts);
 
   ~sqlite_store();
 
@@ -73,9 +85,15 @@ public:
   caf::expected<record_page> list(const std::string& route, record_state state,
                                   const std::string& after, uint32_t limit);
 
-  /// Turns every in-flight record into in-doubt, inside the open
-  /// transaction. Run at start: a record still in flight then belonged to a
-  /// process that died while forwarding it, so the upstream may have acted.
+  /// Turns the in-flight records claimed by `owner` (0: by any node) and
+  /// first seen before `before_ms` (INT64_MAX: all) into in-doubt, inside
+  /// the open transaction, and returns how many changed. Their claimant died
+  /// while forwarding them, so the upstream may have acted.
+  caf::expected<uint64_t> doubt(uint64_t owner, int64_t before_ms);
+
+  /// Turns every in-flight record into in-doubt (`doubt(0, INT64_MAX)`).
+  /// Run at a single node's start: a record still in flight then belonged
+  /// to a process that died while forwarding it.
   caf::expected<uint64_t> doubt_in_flight();
 
   /// Reads the record of `(route, key)`, live or not.
@@ -100,12 +118,35 @@ public:
   /// atomically with the entry's changes).
   caf::error set_applied_index(uint64_t index);
 
+  /// Starts a read transaction that pins the committed state: until
+  /// `rollback`, every read of this connection (`snapshot_image` included)
+  /// sees exactly that state while other connections keep committing.
+  /// Returns the applied index of the pinned state.
+  caf::expected<uint64_t> begin_read();
+
+  /// The whole database in SQLite's file format, as of the open read
+  /// transaction or else of the last commit: a snapshot of the replicated
+  /// state machine, for `restore_image` on any replica.
+  caf::expected<std::string> snapshot_image();
+
+  /// Replaces the whole content of the database with `image` (made by
+  /// `snapshot_image`, possibly on another replica) in one transaction, then
+  /// migrates it if it is older than this build. Afterwards
+  /// `applied_index()` is the image's. No transaction may be open; the
+  /// writer only. Fails with `errc::invalid_argument` (not an oncegate
+  /// database) or `errc::schema_too_new`, leaving the database as it was,
+  /// or with `errc::storage_failure`.
+  caf::error restore_image(std::string_view image);
+
   /// Caps the database at `pages` pages, so that writes beyond fail with
   /// SQLITE_FULL exactly as on a full disk. For failure tests and drills.
   caf::error limit_pages(uint64_t pages);
 
   /// Schema version found in (or written to) the file.
   int version() const;
+
+  /// The options the store was opened with.
+  const store_options& options() const;
 
 private:
   struct impl;

@@ -39,6 +39,8 @@ struct waiter {
       case command::kind::purge:
         purge_rp.deliver(err);
         break;
+      case command::kind::doubt:
+        break; // a single node doubts at start, never through this queue
     }
   }
 };
@@ -112,6 +114,8 @@ struct store_state {
           waiting[i].purge_rp.deliver(pr);
           break;
         }
+        case command::kind::doubt:
+          break; // never queued here (see `waiter::fail`)
       }
     }
   }

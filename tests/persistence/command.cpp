@@ -1,6 +1,8 @@
 #define CAF_SUITE persistence.command
 #include "caf/test/unit_test.hpp"
 
+#include <limits>
+
 #include "common/errc.hpp"
 #include "persistence/command.hpp"
 #include "persistence/sqlite_store.hpp"
@@ -19,6 +21,8 @@ std::vector<command> sample_batch() {
   c.claim = make_claim("k1", 1000, "{\"a\":1}");
   c.claim.headers = "Content-Type: application/json";
   c.claim.initial_state = record_state::in_flight; // completed by `u`
+  c.claim.owner = 3;
+  c.claim.request_id = 0x0123456789ABCDEFu;
   batch.push_back(c);
   command u;
   u.type = command::kind::update;
@@ -34,6 +38,11 @@ std::vector<command> sample_batch() {
   p.now_ms = 5000;
   p.limit = 250;
   batch.push_back(p);
+  command d;
+  d.type = command::kind::doubt;
+  d.owner = 2;
+  d.before_ms = std::numeric_limits<int64_t>::max();
+  batch.push_back(d);
   return batch;
 }
 
@@ -58,7 +67,7 @@ CAF_TEST(a batch round trips through its encoding padded to 8 bytes) {
   CAF_CHECK_EQUAL(entry.size() % 8, 0u);
   auto back = decode_batch(entry);
   CAF_REQUIRE(back);
-  CAF_REQUIRE_EQUAL(back->size(), 3u);
+  CAF_REQUIRE_EQUAL(back->size(), 4u);
   auto& c = (*back)[0].claim;
   CAF_CHECK_EQUAL(c.key, "k1");
   CAF_CHECK_EQUAL(c.now_ms, 1000);
@@ -66,12 +75,18 @@ CAF_TEST(a batch round trips through its encoding padded to 8 bytes) {
   CAF_CHECK(c.fingerprint == batch[0].claim.fingerprint);
   CAF_CHECK_EQUAL(c.headers, "Content-Type: application/json");
   CAF_CHECK_EQUAL(c.signal, "{\"a\":1}");
+  CAF_CHECK_EQUAL(c.owner, 3u);
+  CAF_CHECK_EQUAL(c.request_id, 0x0123456789ABCDEFu);
   auto& u = (*back)[1].update;
   CAF_CHECK(u.op == transition::complete);
   CAF_CHECK_EQUAL(u.status, 201);
   CAF_CHECK_EQUAL(u.response, std::string("with\0nul", 8));
   CAF_CHECK_EQUAL((*back)[2].now_ms, 5000);
   CAF_CHECK_EQUAL((*back)[2].limit, 250u);
+  auto& d = (*back)[3];
+  CAF_CHECK(d.type == command::kind::doubt);
+  CAF_CHECK_EQUAL(d.owner, 2u);
+  CAF_CHECK_EQUAL(d.before_ms, std::numeric_limits<int64_t>::max());
   CAF_CHECK_EQUAL(encode_batch({}).size(), 8u);
 }
 
@@ -87,6 +102,18 @@ CAF_TEST(malformed entries are refused) {
   CAF_CHECK(!decode_batch(bad));
   bad = entry + std::string(8, '\1');
   CAF_CHECK(!decode_batch(bad));
+  // Every proper prefix of a doubt is refused, and so is the old format.
+  std::vector<command> doubt(1);
+  doubt[0].type = command::kind::doubt;
+  doubt[0].owner = 1;
+  doubt[0].before_ms = 5;
+  auto d = encode_batch(doubt);
+  CAF_REQUIRE(decode_batch(d));
+  for (size_t len = 0; len < d.size(); len += 8)
+    CAF_CHECK(!decode_batch(d.substr(0, len)));
+  bad = d;
+  bad[3] = '1'; // "OGC1": the format before owners and request ids
+  CAF_CHECK(!decode_batch(bad));
   auto err = decode_batch("");
   CAF_REQUIRE(!err);
   CAF_CHECK_EQUAL(errc_of(err.error()), errc::invalid_argument);
@@ -99,9 +126,10 @@ CAF_TEST(an entry applies once and its index survives a restart) {
     CAF_CHECK_EQUAL(db->applied_index(), 0u);
     auto res = apply_batch(*db, 1, batch);
     CAF_REQUIRE(res);
-    CAF_REQUIRE_EQUAL(res->size(), 3u);
+    CAF_REQUIRE_EQUAL(res->size(), 4u);
     CAF_CHECK_EQUAL((*res)[0].claim.outcome, decision::accepted);
     CAF_CHECK((*res)[1].update.applied);
+    CAF_CHECK_EQUAL((*res)[3].doubted, 0u); // completed before the doubt
     CAF_CHECK_EQUAL(db->applied_index(), 1u);
   }
   auto db = open();
@@ -120,6 +148,43 @@ CAF_TEST(an entry applies once and its index survives a restart) {
   CAF_REQUIRE(res);
   CAF_CHECK_EQUAL((*res)[0].claim.outcome, decision::duplicate);
   CAF_CHECK_EQUAL(db->applied_index(), 2u);
+}
+
+CAF_TEST(a doubt command turns one owners old in flight records in doubt) {
+  auto db = open();
+  std::vector<command> claims;
+  auto add = [&](const char* key, int64_t now, uint64_t owner) {
+    command c;
+    c.claim = make_claim(key, now);
+    c.claim.initial_state = record_state::in_flight;
+    c.claim.owner = owner;
+    claims.push_back(c);
+  };
+  add("a", 1000, 1);
+  add("b", 3000, 1);
+  add("c", 1000, 2);
+  CAF_REQUIRE(apply_batch(*db, 1, claims));
+  std::vector<command> doubts(2);
+  doubts[0].type = command::kind::doubt;
+  doubts[0].owner = 1;
+  doubts[0].before_ms = 2000;
+  doubts[1].type = command::kind::doubt;
+  doubts[1].owner = 0;
+  doubts[1].before_ms = 1000; // nothing is older than 1000
+  auto res = apply_batch(*db, 2, doubts);
+  CAF_REQUIRE(res);
+  CAF_REQUIRE_EQUAL(res->size(), 2u);
+  CAF_CHECK_EQUAL((*res)[0].doubted, 1u);
+  CAF_CHECK_EQUAL((*res)[1].doubted, 0u);
+  CAF_CHECK_EQUAL(db->applied_index(), 2u);
+  auto page = db->list("default", record_state::in_doubt, "", 10);
+  CAF_REQUIRE(page);
+  CAF_REQUIRE_EQUAL(page->records.size(), 1u);
+  CAF_CHECK_EQUAL(page->records[0].key, "a");
+  // Replayed after a restart: skipped, nothing doubted twice.
+  auto again = apply_batch(*db, 2, doubts);
+  CAF_REQUIRE(again);
+  CAF_CHECK(again->empty());
 }
 
 CAF_TEST(replicas applying the same entries reach the same state) {

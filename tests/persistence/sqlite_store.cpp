@@ -1,6 +1,10 @@
 #define CAF_SUITE persistence.sqlite_store
 #include "caf/test/unit_test.hpp"
 
+#include <fstream>
+#include <iterator>
+#include <limits>
+
 #include <sqlite3.h>
 
 #include "common/errc.hpp"
@@ -12,6 +16,32 @@ using namespace oncegate::persistence;
 using oncegate::test::make_claim;
 
 namespace {
+
+// Writes a database as schema version 2 left it (rollback journal, so the
+// file alone is the whole database), with one in-flight record.
+void write_v2_database(const std::string& path) {
+  sqlite3* raw = nullptr;
+  CAF_REQUIRE_EQUAL(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  auto sql = "CREATE TABLE meta(name TEXT PRIMARY KEY,"
+             "  value INTEGER NOT NULL) WITHOUT ROWID;"
+             "INSERT INTO meta VALUES('schema_version', 2);"
+             "INSERT INTO meta VALUES('applied_index', 7);"
+             "CREATE TABLE records(route TEXT NOT NULL, key TEXT NOT NULL,"
+             "  state INTEGER NOT NULL, fingerprint BLOB NOT NULL,"
+             "  first_seen_ms INTEGER NOT NULL,"
+             "  expires_at_ms INTEGER NOT NULL, status INTEGER NOT NULL,"
+             "  response BLOB NOT NULL, signal BLOB NOT NULL,"
+             "  headers BLOB NOT NULL DEFAULT x'',"
+             "  PRIMARY KEY (route, key));"
+             "CREATE INDEX records_by_expiry ON records(expires_at_ms);"
+             "CREATE INDEX records_unsettled ON records(route, state, key)"
+             "  WHERE state != 1;"
+             "INSERT INTO records VALUES('default', 'old', 0, x'00',"
+             "  1000, 9000000000000, 0, '', '{}', 'X-A: 1');";
+  CAF_REQUIRE_EQUAL(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr),
+                    SQLITE_OK);
+  sqlite3_close(raw);
+}
 
 struct fixture {
   test::temp_dir dir;
@@ -264,12 +294,30 @@ CAF_TEST(a version 1 database is migrated and keeps its records) {
     sqlite3_close(raw);
   }
   auto db = open();
-  CAF_CHECK_EQUAL(db->version(), 2);
+  CAF_CHECK_EQUAL(db->version(), 3);
   auto rec = db->load("default", "old");
   CAF_REQUIRE(rec && rec->found);
   CAF_CHECK_EQUAL(rec->rec.response, "ok");
   CAF_CHECK_EQUAL(rec->rec.headers, "");
   CAF_CHECK_EQUAL(rec->rec.status, 200);
+  CAF_CHECK_EQUAL(rec->rec.owner, 0u);
+  CAF_CHECK_EQUAL(rec->rec.request_id, 0u);
+}
+
+CAF_TEST(a version 2 database is migrated and keeps its records) {
+  write_v2_database(opts.path);
+  auto db = open();
+  CAF_CHECK_EQUAL(db->version(), 3);
+  auto rec = db->load("default", "old");
+  CAF_REQUIRE(rec && rec->found);
+  CAF_CHECK_EQUAL(rec->rec.state, record_state::in_flight);
+  CAF_CHECK_EQUAL(rec->rec.headers, "X-A: 1");
+  CAF_CHECK_EQUAL(rec->rec.owner, 0u);
+  CAF_CHECK_EQUAL(rec->rec.request_id, 0u);
+  // The old in-flight record belongs to "any owner".
+  CAF_REQUIRE(!db->begin());
+  CAF_CHECK_EQUAL(db->doubt(0, 2000), 1u);
+  CAF_REQUIRE(!db->commit());
 }
 
 CAF_TEST(in flight records can be listed and turned into in doubt) {
@@ -354,6 +402,316 @@ CAF_TEST(a full disk fails the transaction and keeps committed data) {
   CAF_CHECK_EQUAL(db->count(), 20u);
   CAF_CHECK_EQUAL(claim(*db, make_claim("k3", 2000)).outcome,
                   decision::duplicate);
+}
+
+namespace {
+
+claim_request attempt(const std::string& key, int64_t now, uint64_t owner,
+                      uint64_t request_id, const std::string& body = "{}") {
+  auto req = make_claim(key, now, body);
+  req.initial_state = record_state::in_flight;
+  req.owner = owner;
+  req.request_id = request_id;
+  return req;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  return {std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+}
+
+} // namespace
+
+CAF_TEST(a claim stores its owner and request id) {
+  auto db = open();
+  auto res = claim(*db, attempt("k1", 1000, 2, 77));
+  CAF_CHECK_EQUAL(res.rec.owner, 2u);
+  CAF_CHECK_EQUAL(res.rec.request_id, 77u);
+  auto stored = db->load("default", "k1");
+  CAF_REQUIRE(stored && stored->found);
+  CAF_CHECK_EQUAL(stored->rec.owner, 2u);
+  CAF_CHECK_EQUAL(stored->rec.request_id, 77u);
+  // Full 64-bit ids survive the signed SQLite integer.
+  auto big = claim(*db, attempt("k2", 1000, ~uint64_t{0}, ~uint64_t{0} - 1));
+  CAF_CHECK_EQUAL(big.outcome, decision::accepted);
+  stored = db->load("default", "k2");
+  CAF_REQUIRE(stored && stored->found);
+  CAF_CHECK_EQUAL(stored->rec.owner, ~uint64_t{0});
+  CAF_CHECK_EQUAL(stored->rec.request_id, ~uint64_t{0} - 1);
+}
+
+CAF_TEST(the same request attempt asking again is accepted with its record) {
+  auto db = open();
+  auto first = claim(*db, attempt("k1", 1000, 2, 77));
+  CAF_REQUIRE_EQUAL(first.outcome, decision::accepted);
+  // Its answer was lost; it asks again later (through another leader).
+  auto again = claim(*db, attempt("k1", 1500, 2, 77));
+  CAF_CHECK_EQUAL(again.outcome, decision::accepted);
+  CAF_CHECK_EQUAL(again.rec.first_seen_ms, 1000);
+  CAF_CHECK_EQUAL(again.rec.request_id, 77u);
+  // Nothing was written: the record is still the first one.
+  auto stored = db->load("default", "k1");
+  CAF_REQUIRE(stored && stored->found);
+  CAF_CHECK_EQUAL(stored->rec.first_seen_ms, 1000);
+  CAF_CHECK_EQUAL(stored->rec.expires_at_ms, 61000);
+  // It still owns the record after it progressed (here: in doubt).
+  CAF_REQUIRE(!db->begin());
+  CAF_CHECK_EQUAL(db->doubt(2, 2000), 1u);
+  CAF_REQUIRE(!db->commit());
+  auto doubted = claim(*db, attempt("k1", 2500, 2, 77));
+  CAF_CHECK_EQUAL(doubted.outcome, decision::accepted);
+  CAF_CHECK_EQUAL(doubted.rec.state, record_state::in_doubt);
+}
+
+CAF_TEST(only the same owner request id and payload count as asking again) {
+  auto db = open();
+  claim(*db, attempt("k1", 1000, 2, 77));
+  // Another attempt, another node, no request id: duplicates.
+  CAF_CHECK_EQUAL(claim(*db, attempt("k1", 1100, 2, 78)).outcome,
+                  decision::duplicate);
+  CAF_CHECK_EQUAL(claim(*db, attempt("k1", 1100, 3, 77)).outcome,
+                  decision::duplicate);
+  CAF_CHECK_EQUAL(claim(*db, attempt("k1", 1100, 2, 0)).outcome,
+                  decision::duplicate);
+  // Same attempt, other payload: a mismatch, never a grant.
+  CAF_CHECK_EQUAL(claim(*db, attempt("k1", 1100, 2, 77, "{\"b\":2}")).outcome,
+                  decision::mismatch);
+  // Without request ids two claims never match each other.
+  claim(*db, attempt("k2", 1000, 2, 0));
+  CAF_CHECK_EQUAL(claim(*db, attempt("k2", 1100, 2, 0)).outcome,
+                  decision::duplicate);
+  // Once the record expired, the attempt renews it like anyone else.
+  auto late = claim(*db, attempt("k1", 61000, 2, 77));
+  CAF_CHECK_EQUAL(late.outcome, decision::renewed);
+  CAF_CHECK_EQUAL(late.rec.first_seen_ms, 61000);
+}
+
+CAF_TEST(doubt turns in flight records of one owner before a time in doubt) {
+  auto db = open();
+  claim(*db, attempt("a", 1000, 1, 1));
+  claim(*db, attempt("b", 2000, 1, 2));
+  claim(*db, attempt("c", 1000, 2, 3));
+  auto done = make_claim("d", 1000);
+  done.owner = 1;
+  claim(*db, done);
+  CAF_REQUIRE(!db->begin());
+  CAF_CHECK_EQUAL(db->doubt(1, 2000), 1u); // a (b is not before 2000)
+  CAF_CHECK_EQUAL(db->doubt(1, 2000), 0u);
+  CAF_CHECK_EQUAL(db->doubt(1, std::numeric_limits<int64_t>::max()), 1u);
+  CAF_REQUIRE(!db->commit());
+  auto state_of = [&](const char* key) {
+    auto res = db->load("default", key);
+    CAF_REQUIRE(res && res->found);
+    return res->rec.state;
+  };
+  CAF_CHECK_EQUAL(state_of("a"), record_state::in_doubt);
+  CAF_CHECK_EQUAL(state_of("b"), record_state::in_doubt);
+  CAF_CHECK_EQUAL(state_of("c"), record_state::in_flight);
+  CAF_CHECK_EQUAL(state_of("d"), record_state::completed);
+  // Owner 0 means any owner.
+  CAF_REQUIRE(!db->begin());
+  CAF_CHECK_EQUAL(db->doubt_in_flight(), 1u);
+  CAF_REQUIRE(!db->commit());
+  CAF_CHECK_EQUAL(state_of("c"), record_state::in_doubt);
+}
+
+CAF_TEST(a reader sees the commits of the writer and cannot write) {
+  auto db = open();
+  auto reader_res = sqlite_store::open_reader(opts);
+  CAF_REQUIRE(reader_res);
+  auto& reader = *reader_res;
+  CAF_CHECK_EQUAL(reader->version(), sqlite_store::schema_version);
+  CAF_CHECK_EQUAL(reader->count(), 0u);
+  claim(*db, attempt("k1", 1000, 2, 77));
+  auto seen = reader->load("default", "k1");
+  CAF_REQUIRE(seen && seen->found);
+  CAF_CHECK_EQUAL(seen->rec.request_id, 77u);
+  CAF_CHECK_EQUAL(reader->count(), 1u);
+  CAF_CHECK_EQUAL(reader->next_expiry(), 61000);
+  auto page = reader->list("default", record_state::in_flight, "", 10);
+  CAF_REQUIRE(page);
+  CAF_CHECK_EQUAL(page->records.size(), 1u);
+  // An uncommitted write of the writer stays invisible.
+  CAF_REQUIRE(!db->begin());
+  CAF_REQUIRE(db->claim(make_claim("k2", 1000)));
+  CAF_CHECK_EQUAL(reader->count(), 1u);
+  CAF_REQUIRE(!db->commit());
+  CAF_CHECK_EQUAL(reader->count(), 2u);
+  // query_only: a write through the reader fails and changes nothing.
+  caf::error err = reader->begin();
+  if (!err) {
+    auto res = reader->claim(make_claim("k3", 1000));
+    err = res ? reader->commit() : res.error();
+    reader->rollback();
+  }
+  CAF_CHECK(err);
+  CAF_CHECK_EQUAL(db->count(), 2u);
+  CAF_CHECK(reader->restore_image(db->snapshot_image().value()));
+  // The reader going away leaves the writer's file alone.
+  reader.reset();
+  claim(*db, make_claim("k4", 1000));
+  CAF_CHECK_EQUAL(db->count(), 3u);
+}
+
+CAF_TEST(a reader needs an existing database of the current schema) {
+  auto missing = sqlite_store::open_reader(opts);
+  CAF_REQUIRE(!missing);
+  CAF_CHECK_EQUAL(errc_of(missing.error()), errc::storage_failure);
+  write_v2_database(opts.path);
+  auto old = sqlite_store::open_reader(opts);
+  CAF_REQUIRE(!old);
+  CAF_CHECK_EQUAL(errc_of(old.error()), errc::storage_failure);
+  auto db = open(); // migrates
+  CAF_CHECK(sqlite_store::open_reader(opts));
+}
+
+CAF_TEST(a snapshot image restores the whole state on another store) {
+  auto a = open();
+  for (int i = 0; i < 200; ++i)
+    claim(*a, attempt("k" + std::to_string(i), 1000 + i, 1, i + 1,
+                      std::string(100, 'x')));
+  CAF_REQUIRE(!a->begin());
+  CAF_REQUIRE(!a->set_applied_index(42));
+  CAF_REQUIRE(!a->commit());
+  auto image = a->snapshot_image();
+  CAF_REQUIRE(image);
+  test::temp_dir other;
+  store_options b_opts;
+  b_opts.path = other.file("b.db");
+  auto b_res = sqlite_store::open(b_opts);
+  CAF_REQUIRE(b_res);
+  auto& b = *b_res;
+  // B had state of its own, which the image replaces entirely.
+  claim(*b, make_claim("only-on-b", 5));
+  auto reader = sqlite_store::open_reader(b_opts);
+  CAF_REQUIRE(reader);
+  CAF_CHECK_EQUAL((*reader)->count(), 1u);
+  CAF_REQUIRE(!b->restore_image(*image));
+  CAF_CHECK_EQUAL(b->applied_index(), 42u);
+  CAF_CHECK_EQUAL(b->count(), 200u);
+  CAF_CHECK_EQUAL((*reader)->count(), 200u);
+  CAF_CHECK_EQUAL((*reader)->applied_index(), 42u);
+  auto gone = b->load("default", "only-on-b");
+  CAF_REQUIRE(gone);
+  CAF_CHECK(!gone->found);
+  auto rec = b->load("default", "k7");
+  CAF_REQUIRE(rec && rec->found);
+  CAF_CHECK_EQUAL(rec->rec.request_id, 8u);
+  CAF_CHECK_EQUAL(rec->rec.signal, std::string(100, 'x'));
+  // B goes on as a normal store, also after reopening.
+  CAF_CHECK_EQUAL(claim(*b, attempt("k7", 2000, 1, 8,
+                                    std::string(100, 'x'))).outcome,
+                  decision::accepted);
+  CAF_CHECK_EQUAL(claim(*b, make_claim("new", 2000)).outcome,
+                  decision::accepted);
+  reader->reset();
+  b.reset();
+  auto b2 = sqlite_store::open(b_opts);
+  CAF_REQUIRE(b2);
+  CAF_CHECK_EQUAL((*b2)->count(), 201u);
+  CAF_CHECK_EQUAL((*b2)->applied_index(), 42u);
+  // The image of the restored store restores like the original.
+  auto again = (*b2)->snapshot_image();
+  CAF_REQUIRE(again);
+  CAF_REQUIRE(!a->restore_image(*again));
+  CAF_CHECK_EQUAL(a->count(), 201u);
+}
+
+CAF_TEST(a pinned read makes the image of that moment despite later commits) {
+  auto db = open();
+  for (int i = 0; i < 10; ++i)
+    claim(*db, make_claim("k" + std::to_string(i), 1000));
+  CAF_REQUIRE(!db->begin());
+  CAF_REQUIRE(!db->set_applied_index(10));
+  CAF_REQUIRE(!db->commit());
+  auto snap = sqlite_store::open_reader(opts);
+  CAF_REQUIRE(snap);
+  CAF_CHECK_EQUAL((*snap)->begin_read(), 10u);
+  // The writer goes on while the image is pending.
+  for (int i = 10; i < 20; ++i)
+    claim(*db, make_claim("k" + std::to_string(i), 1000));
+  CAF_REQUIRE(!db->begin());
+  CAF_REQUIRE(!db->set_applied_index(11));
+  CAF_REQUIRE(!db->commit());
+  auto image = (*snap)->snapshot_image();
+  (*snap)->rollback();
+  CAF_REQUIRE(image);
+  CAF_CHECK_EQUAL((*snap)->count(), 20u);
+  test::temp_dir other;
+  store_options b_opts;
+  b_opts.path = other.file("b.db");
+  auto b = sqlite_store::open(b_opts);
+  CAF_REQUIRE(b);
+  CAF_REQUIRE(!(*b)->restore_image(*image));
+  CAF_CHECK_EQUAL((*b)->count(), 10u);
+  CAF_CHECK_EQUAL((*b)->applied_index(), 10u);
+}
+
+CAF_TEST(an image of an older schema is migrated after restoring it) {
+  test::temp_dir other;
+  auto old_path = other.file("v2.db");
+  write_v2_database(old_path);
+  auto db = open();
+  claim(*db, make_claim("mine", 1000));
+  CAF_REQUIRE(!db->restore_image(read_file(old_path)));
+  CAF_CHECK_EQUAL(db->version(), 3);
+  CAF_CHECK_EQUAL(db->applied_index(), 7u);
+  CAF_CHECK_EQUAL(db->count(), 1u);
+  CAF_CHECK_EQUAL(claim(*db, attempt("x", 1000, 1, 1)).rec.request_id, 1u);
+}
+
+CAF_TEST(a bad image is refused and leaves the database as it was) {
+  auto db = open();
+  claim(*db, make_claim("k1", 1000));
+  auto check_refused = [&](std::string_view image, errc code) {
+    auto err = db->restore_image(image);
+    CAF_REQUIRE(err);
+    CAF_CHECK_EQUAL(errc_of(err), code);
+    CAF_CHECK_EQUAL(db->count(), 1u);
+  };
+  check_refused("", errc::invalid_argument);
+  check_refused(std::string(4096, 'x'), errc::invalid_argument);
+  auto image = db->snapshot_image();
+  CAF_REQUIRE(image);
+  // An SQLite file that is no oncegate database.
+  {
+    test::temp_dir other;
+    auto path = other.file("foreign.db");
+    sqlite3* raw = nullptr;
+    CAF_REQUIRE_EQUAL(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+    CAF_REQUIRE_EQUAL(sqlite3_exec(raw, "CREATE TABLE t(x)", nullptr, nullptr,
+                                   nullptr),
+                      SQLITE_OK);
+    sqlite3_close(raw);
+    check_refused(read_file(path), errc::invalid_argument);
+  }
+  // A newer schema than this build knows.
+  {
+    test::temp_dir other;
+    store_options newer;
+    newer.path = other.file("newer.db");
+    {
+      auto tmp = sqlite_store::open(newer);
+      CAF_REQUIRE(tmp);
+    }
+    sqlite3* raw = nullptr;
+    CAF_REQUIRE_EQUAL(sqlite3_open(newer.path.c_str(), &raw), SQLITE_OK);
+    CAF_REQUIRE_EQUAL(sqlite3_exec(raw,
+                                   "PRAGMA journal_mode=DELETE;"
+                                   "UPDATE meta SET value = 99 WHERE name = "
+                                   "'schema_version'",
+                                   nullptr, nullptr, nullptr),
+                      SQLITE_OK);
+    sqlite3_close(raw);
+    check_refused(read_file(newer.path), errc::schema_too_new);
+  }
+  // A truncated image.
+  auto err = db->restore_image(std::string_view{*image}.substr(0, 4096));
+  CAF_CHECK(err);
+  CAF_CHECK_EQUAL(db->count(), 1u);
+  auto rec = db->load("default", "k1");
+  CAF_REQUIRE(rec);
+  CAF_CHECK(rec->found);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
