@@ -65,8 +65,13 @@ void run_purge(alarm_pointer self) {
         arm(self, delay);
       },
       [self](caf::error& err) {
-        log::actors()->warn("alarm.purge_failed error={}",
-                            self->system().render(err));
+        // Only a cluster's leader purges (through its log): followers' alarms
+        // keep trying quietly, so they take over when elected.
+        if (errc_of(err) == errc::not_leader)
+          log::actors()->debug("alarm.purge_skipped reason=not_leader");
+        else
+          log::actors()->warn("alarm.purge_failed error={}",
+                              self->system().render(err));
         arm(self, self->state.opts.retry);
       });
 }

@@ -25,6 +25,9 @@ struct cached_record {
   uint16_t status = 0;
   int64_t first_seen_ms = 0;
   int64_t expires_at_ms = 0;
+  /// The request attempt that claimed it (0: none); unique per node, so a
+  /// match sends the claim to the store, which also compares the owner.
+  uint64_t request_id = 0;
   std::string headers;
   std::string response;
 };
@@ -54,6 +57,7 @@ void remember(key_state& st, const record& rec) {
   c.status = rec.status;
   c.first_seen_ms = rec.first_seen_ms;
   c.expires_at_ms = rec.expires_at_ms;
+  c.request_id = rec.request_id;
   c.headers = rec.headers;
   c.response = rec.response;
 }
@@ -66,6 +70,10 @@ std::optional<claim_result> decide_cached(const key_state& st,
       || req.now_ms >= st.cached->expires_at_ms)
     return std::nullopt;
   auto& c = *st.cached;
+  // The request attempt that owns the record asks again (its answer was
+  // lost with a leader): the store answers it as accepted.
+  if (req.request_id != 0 && req.request_id == c.request_id)
+    return std::nullopt;
   claim_result res;
   auto same = req.fingerprint.size() == c.fingerprint.size()
               && std::equal(c.fingerprint.begin(), c.fingerprint.end(),
@@ -78,6 +86,7 @@ std::optional<claim_result> decide_cached(const key_state& st,
   rec.fingerprint.assign(c.fingerprint.begin(), c.fingerprint.end());
   rec.first_seen_ms = c.first_seen_ms;
   rec.expires_at_ms = c.expires_at_ms;
+  rec.request_id = c.request_id;
   rec.status = c.status;
   rec.headers = c.headers;
   rec.response = c.response;

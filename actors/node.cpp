@@ -60,11 +60,16 @@ caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
   }
   log::store()->info("store.opened path={} schema={}", opts.store.path,
                      (*db)->version());
-  node result;
   std::shared_ptr<persistence::sqlite_store> shared{std::move(*db)};
-  result.store = persistence::spawn_store(sys, std::move(shared),
-                                          opts.store_actor,
-                                          opts.detached_store);
+  auto store = persistence::spawn_store(sys, std::move(shared),
+                                        opts.store_actor, opts.detached_store);
+  return spawn_node_actors(sys, std::move(store), opts, std::move(now));
+}
+
+node spawn_node_actors(caf::actor_system& sys, persistence::store_actor store,
+                       const node_options& opts, wall_clock_fn now) {
+  node result;
+  result.store = std::move(store);
   auto shards = std::max<uint32_t>(opts.registry_shards, 1);
   auto per_shard = opts.registry;
   per_shard.max_live_keys = std::max<uint64_t>(

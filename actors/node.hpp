@@ -45,6 +45,11 @@ public:
   void shutdown();
 };
 
+/// Spawns the actors above `store` (registry shards, alarm): shared by the
+/// single node and the cluster node, whose store is replicated.
+node spawn_node_actors(caf::actor_system& sys, persistence::store_actor store,
+                       const node_options& opts, wall_clock_fn now);
+
 /// Opens the database under `opts.data_dir` and spawns the node's actors.
 /// Fails when the directory or the database cannot be opened.
 caf::expected<node> start_node(caf::actor_system& sys, node_options opts,

@@ -169,6 +169,15 @@ registry_impl(registry_pointer self, persistence::store_actor store,
       return self->delegate(i->second.hdl, get_atom::value);
     },
     [self](idle_atom) { sweep(self); },
+    [self](reset_atom) {
+      auto& st = self->state;
+      for (auto& kv : st.children)
+        self->send(kv.second.hdl, idle_atom::value);
+      st.stats.passivated += st.children.size();
+      st.children.clear();
+      st.lru.clear();
+      st.by_id.clear();
+    },
     [self](stats_atom) {
       auto res = self->state.stats;
       res.live = self->state.children.size();

@@ -51,6 +51,10 @@ using registry_actor = caf::typed_actor<
   caf::replies_to<get_atom, std::string, std::string>::with<lookup_result>,
   /// The idle sweep (sent by the shard to itself).
   caf::reacts_to<idle_atom>,
+  /// Lets every live key actor go (each answers what it holds, then quits):
+  /// sent when this node's leadership changes, so no cached record outlives
+  /// a term in which another node may have changed it.
+  caf::reacts_to<reset_atom>,
   /// Answers the counters.
   caf::replies_to<stats_atom>::with<registry_stats>>;
 

@@ -28,5 +28,14 @@ using list_atom = caf::atom_constant<caf::atom("list")>;
 using count_atom = caf::atom_constant<caf::atom("count")>;
 /// Earliest expiry in the store.
 using next_atom = caf::atom_constant<caf::atom("next")>;
+/// Drop every live key actor of a registry (leadership changed).
+using reset_atom = caf::atom_constant<caf::atom("reset")>;
+/// Cluster membership: add a node (as spare, then voter) / remove one.
+using add_atom = caf::atom_constant<caf::atom("add")>;
+using remove_atom = caf::atom_constant<caf::atom("remove")>;
+/// Hand Raft leadership to another node.
+using transfer_atom = caf::atom_constant<caf::atom("transfer")>;
+/// Turn a node's in-flight records of an earlier run into in-doubt.
+using doubt_atom = caf::atom_constant<caf::atom("doubt")>;
 
 } // namespace oncegate

@@ -23,6 +23,10 @@ const char* to_string(errc x) {
       return "timeout";
     case errc::invalid_argument:
       return "invalid_argument";
+    case errc::not_leader:
+      return "not_leader";
+    case errc::leadership_lost:
+      return "leadership_lost";
   }
   return "unknown";
 }

@@ -28,6 +28,12 @@ enum class errc : uint8_t {
   timeout,
   /// A request carried values that cannot be stored (empty key, ...).
   invalid_argument,
+  /// This node cannot decide: it is not the Raft leader and cannot reach
+  /// one (nothing happened; retry elsewhere or later).
+  not_leader,
+  /// Leadership moved while a proposal was in flight: it may still commit,
+  /// the outcome is unknown.
+  leadership_lost,
 };
 
 /// Returns the enumerator name, e.g. `"commit_failed"`.

@@ -1,6 +1,7 @@
 #include "gateway/gateway_actor.hpp"
 
 #include <atomic>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -9,6 +10,9 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
+#include <caf/sec.hpp>
+
+#include "common/logging.hpp"
 
 namespace oncegate::gateway {
 
@@ -57,6 +61,80 @@ void ask(caf::event_based_actor* self, const Handle& hdl, Timeout timeout,
       [self, done](caf::error& err) {
         done(failure<T>(self->system(), err));
       });
+}
+
+// Where a cluster node sends requests: the local actors while it is the
+// ready leader, the leader's front actor otherwise.
+struct cluster_route {
+  std::shared_ptr<cluster::raft_node> raft;
+  caf::actor front;
+  std::shared_ptr<cluster::peer_links> links;
+  caf::timespan remote_timeout;
+  caf::timespan retry_interval;
+};
+
+// Whether another attempt may succeed where `err` failed, without any risk:
+// nothing happened, or the outcome is unknown and the retry carries the same
+// request id (a committed claim is then recognised as this request's own).
+bool retryable(const caf::error& err) {
+  if (err.category() == caf::atom("system"))
+    return true; // timeouts, unreachable peers, actors gone at a reset
+  auto code = errc_of(err);
+  return code == errc::not_leader || code == errc::leadership_lost
+         || code == errc::store_unavailable;
+}
+
+template <class T, class Local, class... Ts>
+void forward(caf::event_based_actor* self,
+             std::shared_ptr<const cluster_route> cr, Local local,
+             std::chrono::steady_clock::time_point until,
+             std::function<void(reply<T>)> done, std::tuple<Ts...> args) {
+  auto again = [self, cr, local, until, done,
+                args](const caf::error& err) mutable {
+    if (std::chrono::steady_clock::now() >= until || !retryable(err)) {
+      auto res = failure<T>(self->system(), err);
+      if (retryable(err))
+        res.error = errc::not_leader; // still no leader: fail closed
+      done(std::move(res));
+      return;
+    }
+    self->delayed_send(self, cr->retry_interval,
+                       gateway_job{[cr, local, until, done, args](
+                                     caf::event_based_actor* self) mutable {
+                         forward<T>(self, cr, local, until, std::move(done),
+                                    std::move(args));
+                       }});
+  };
+  auto status = cr->raft->brief();
+  caf::actor target;
+  uint64_t remote = 0;
+  if (status.leader_ready) {
+    target = local();
+  } else if (status.leader_id != 0 && status.leader_id != cr->raft->id()) {
+    remote = status.leader_id;
+    target = cr->links->get(self, remote);
+  }
+  if (!target) {
+    again(make_error(errc::not_leader, "no ready leader reachable"));
+    return;
+  }
+  std::apply(
+    [&](auto&... xs) {
+      self->request(target, cr->remote_timeout, xs...)
+        .then(
+          [done](T& value) {
+            reply<T> res;
+            res.ok = true;
+            res.value = std::move(value);
+            done(std::move(res));
+          },
+          [cr, remote, again](caf::error& err) mutable {
+            if (remote != 0 && err.category() == caf::atom("system"))
+              cr->links->drop(remote);
+            again(err);
+          });
+    },
+    args);
 }
 
 // Collects the counters of every actor; answers once all replied or failed.
@@ -116,8 +194,9 @@ caf::behavior gateway_impl(caf::event_based_actor* self) {
 class gateway_service : public node_service {
 public:
   gateway_service(caf::actor_system& sys, const node& n,
-                  gateway_actor_options opts)
-    : node_(n), opts_(opts) {
+                  gateway_actor_options opts,
+                  std::shared_ptr<const cluster_route> cluster = nullptr)
+    : node_(n), opts_(opts), cluster_(std::move(cluster)) {
     for (size_t i = 0; i < std::max<size_t>(opts.actors, 1); ++i)
       actors_.push_back(sys.spawn(gateway_impl));
   }
@@ -129,9 +208,24 @@ public:
 
   void claim(claim_request req,
              std::function<void(reply<claim_result>)> done) override {
+    if (cluster_) {
+      // Retries of this attempt (leader changes) carry the same id, so a
+      // claim that committed although its answer was lost is found as ours.
+      req.owner = cluster_->raft->id();
+      req.request_id = next_request_id_.fetch_add(1,
+                                                   std::memory_order_relaxed);
+    }
     post([this, req = std::move(req),
           done = std::move(done)](caf::event_based_actor* self) mutable {
       auto& shard = node_.shard_for(req.route, req.key);
+      if (cluster_) {
+        auto hdl = caf::actor_cast<caf::actor>(shard);
+        forward<claim_result>(self, cluster_, [hdl] { return hdl; },
+                              deadline(), std::move(done),
+                              std::make_tuple(claim_atom::value,
+                                              std::move(req)));
+        return;
+      }
       ask<claim_result>(self, shard, caf::infinite, std::move(done),
                         claim_atom::value, std::move(req));
     });
@@ -142,6 +236,14 @@ public:
     post([this, upd = std::move(upd),
           done = std::move(done)](caf::event_based_actor* self) mutable {
       auto& shard = node_.shard_for(upd.route, upd.key);
+      if (cluster_) {
+        auto hdl = caf::actor_cast<caf::actor>(shard);
+        forward<update_result>(self, cluster_, [hdl] { return hdl; },
+                               deadline(), std::move(done),
+                               std::make_tuple(update_atom::value,
+                                               std::move(upd)));
+        return;
+      }
       ask<update_result>(self, shard, caf::infinite, std::move(done),
                          update_atom::value, std::move(upd));
     });
@@ -152,6 +254,15 @@ public:
     post([this, route = std::move(route), key = std::move(key),
           done = std::move(done)](caf::event_based_actor* self) mutable {
       auto& shard = node_.shard_for(route, key);
+      if (cluster_) {
+        auto hdl = caf::actor_cast<caf::actor>(shard);
+        forward<lookup_result>(self, cluster_, [hdl] { return hdl; },
+                               deadline(), std::move(done),
+                               std::make_tuple(get_atom::value,
+                                               std::move(route),
+                                               std::move(key)));
+        return;
+      }
       ask<lookup_result>(self, shard, caf::infinite, std::move(done),
                          get_atom::value, std::move(route), std::move(key));
     });
@@ -163,6 +274,15 @@ public:
     post([this, route = std::move(route), state, after = std::move(after),
           limit,
           done = std::move(done)](caf::event_based_actor* self) mutable {
+      if (cluster_) {
+        auto hdl = caf::actor_cast<caf::actor>(node_.store);
+        forward<record_page>(self, cluster_, [hdl] { return hdl; },
+                             deadline(), std::move(done),
+                             std::make_tuple(list_atom::value,
+                                             std::move(route), state,
+                                             std::move(after), limit));
+        return;
+      }
       ask<record_page>(self, node_.store, caf::infinite, std::move(done),
                        list_atom::value, std::move(route), state,
                        std::move(after), limit);
@@ -171,12 +291,113 @@ public:
 
   void metrics(std::function<void(node_metrics)> done) override {
     post([this, done = std::move(done)](caf::event_based_actor* self) {
-      gather_metrics(self, node_, opts_.probe_timeout, done);
+      auto info = cluster();
+      gather_metrics(self, node_, opts_.probe_timeout,
+                     [done, info](node_metrics m) {
+                       m.cluster = info;
+                       done(std::move(m));
+                     });
+    });
+  }
+
+  cluster_info cluster() const override {
+    cluster_info res;
+    if (!cluster_)
+      return res;
+    auto st = cluster_->raft->status();
+    res.enabled = true;
+    res.id = cluster_->raft->id();
+    res.role = to_string(st.role);
+    res.term = st.term;
+    res.leader_id = st.leader_id;
+    res.leader_address = st.leader_address;
+    res.leader_ready = st.leader_ready;
+    res.commit_index = st.commit_index;
+    res.applied_index = st.applied_index;
+    res.last_index = st.last_index;
+    res.leader_changes = st.leader_changes;
+    res.proposals_applied = st.proposals_applied;
+    res.proposals_failed = st.proposals_failed;
+    res.proposal_seconds_sum = st.proposal_seconds_sum;
+    for (auto& [m, role] : st.members)
+      res.members.push_back({m.id, m.address, cluster::raft_role_name(role)});
+    return res;
+  }
+
+  void change_cluster(cluster_op op, uint64_t id,
+                      std::function<void(reply<uint64_t>)> done) override {
+    if (!cluster_) {
+      node_service::change_cluster(op, id, std::move(done));
+      return;
+    }
+    auto front = cluster_->front;
+    auto local = [front] { return front; };
+    if (op == cluster_op::transfer) {
+      post([this, id, local, done = std::move(done)](
+             caf::event_based_actor* self) mutable {
+        forward<uint64_t>(self, cluster_, local, deadline(), std::move(done),
+                          std::make_tuple(transfer_atom::value, id));
+      });
+      return;
+    }
+    auto as_reply = [done = std::move(done)](reply<int32_t> rep) {
+      reply<uint64_t> res;
+      res.ok = rep.ok && rep.value == 0;
+      res.error = rep.error;
+      res.detail = rep.detail;
+      if (rep.ok && rep.value != 0) {
+        res.error = errc::invalid_argument;
+        res.detail = cluster::raft_error_text(rep.value);
+      }
+      done(std::move(res));
+    };
+    if (op == cluster_op::remove) {
+      post([this, id, local, as_reply](caf::event_based_actor* self) mutable {
+        forward<int32_t>(self, cluster_, local, deadline(),
+                         std::move(as_reply),
+                         std::make_tuple(remove_atom::value, id));
+      });
+      return;
+    }
+    auto p = cluster_->links->find(id);
+    if (p == nullptr) {
+      reply<int32_t> rep;
+      rep.error = errc::invalid_argument;
+      rep.detail = "node " + std::to_string(id) + " is not in cluster.peers";
+      as_reply(std::move(rep));
+      return;
+    }
+    auto address = p->raft_address;
+    post([this, id, address, local,
+          as_reply](caf::event_based_actor* self) mutable {
+      forward<int32_t>(self, cluster_, local, deadline(), std::move(as_reply),
+                       std::make_tuple(add_atom::value, id, address));
     });
   }
 
   void ready(std::function<void(bool, std::string)> done) override {
     post([this, done = std::move(done)](caf::event_based_actor* self) {
+      if (cluster_) {
+        // Ready: the ready leader, or a follower that reaches the leader's
+        // front and has applied everything it knows to be committed.
+        auto st = cluster_->raft->status();
+        if (st.leader_id == 0) {
+          done(false, "no raft leader");
+          return;
+        }
+        if (!st.leader_ready && st.leader_id == cluster_->raft->id()) {
+          done(false, "leader not ready (catching up)");
+          return;
+        }
+        if (st.applied_index < st.commit_index) {
+          done(false, "applying the committed log");
+          return;
+        }
+        if (!st.leader_ready && !cluster_->links->get(self, st.leader_id)) {
+          done(false, "connecting to the leader");
+          return;
+        }
+      }
       self->request(node_.store, opts_.probe_timeout, next_atom::value)
         .then([done](int64_t) { done(true, {}); },
               [done](caf::error&) { done(false, "store not answering"); });
@@ -184,6 +405,10 @@ public:
   }
 
 private:
+  std::chrono::steady_clock::time_point deadline() const {
+    return std::chrono::steady_clock::now() + opts_.leader_wait;
+  }
+
   void post(std::function<void(caf::event_based_actor*)> fn) {
     auto i = next_.fetch_add(1, std::memory_order_relaxed) % actors_.size();
     caf::anon_send(actors_[i], gateway_job{std::move(fn)});
@@ -191,6 +416,15 @@ private:
 
   node node_;
   gateway_actor_options opts_;
+  std::shared_ptr<const cluster_route> cluster_;
+  /// Request ids: a random start (unique across restarts) counting up.
+  std::atomic<uint64_t> next_request_id_{random_start()};
+
+  static uint64_t random_start() {
+    std::random_device rd;
+    auto x = (uint64_t{rd()} << 32) ^ rd();
+    return x == 0 ? 1 : x;
+  }
   std::vector<caf::actor> actors_;
   std::atomic<size_t> next_{0};
 };
@@ -201,6 +435,19 @@ std::unique_ptr<node_service>
 make_gateway_service(caf::actor_system& sys, const node& n,
                      gateway_actor_options opts) {
   return std::make_unique<gateway_service>(sys, n, opts);
+}
+
+std::unique_ptr<node_service>
+make_cluster_gateway_service(caf::actor_system& sys,
+                             const cluster::cluster_node& n,
+                             gateway_actor_options opts) {
+  auto cr = std::make_shared<cluster_route>();
+  cr->raft = n.raft;
+  cr->front = n.front;
+  cr->links = n.links;
+  cr->remote_timeout = n.opts.remote_timeout;
+  cr->retry_interval = opts.retry_interval;
+  return std::make_unique<gateway_service>(sys, n.local, opts, std::move(cr));
 }
 
 } // namespace oncegate::gateway

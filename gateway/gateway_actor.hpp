@@ -8,6 +8,7 @@
 #include <caf/timespan.hpp>
 
 #include "actors/node.hpp"
+#include "cluster/cluster_node.hpp"
 #include "gateway/node_service.hpp"
 
 namespace oncegate::gateway {
@@ -19,6 +20,11 @@ struct gateway_actor_options {
   caf::timespan probe_timeout = std::chrono::seconds(2);
   /// Gateway actors sharing the load (round robin).
   std::size_t actors = 1;
+  /// Cluster mode: how long a request keeps looking for a ready leader
+  /// (retrying every `retry_interval` while there is none, or while the one
+  /// asked lost leadership) before it is answered 503.
+  caf::timespan leader_wait = std::chrono::seconds(3);
+  caf::timespan retry_interval = std::chrono::milliseconds(20);
 };
 
 /// The bridge between asio threads and the actors. An asio thread hands a
@@ -29,5 +35,14 @@ struct gateway_actor_options {
 std::unique_ptr<node_service>
 make_gateway_service(caf::actor_system& sys, const node& n,
                      gateway_actor_options opts);
+
+/// The same bridge on a cluster node: claims, updates, lookups and lists go
+/// to the local actors while this node is the ready leader, and otherwise to
+/// the leader's front actor (finite timeouts); a request finding no leader
+/// within `leader_wait` fails with `errc::not_leader`.
+std::unique_ptr<node_service>
+make_cluster_gateway_service(caf::actor_system& sys,
+                             const cluster::cluster_node& n,
+                             gateway_actor_options opts);
 
 } // namespace oncegate::gateway

@@ -195,6 +195,34 @@ std::string gateway_metrics::render(const node_metrics& node) const {
          "Expired records deleted by the alarm.", node.alarm.purged);
   metric(out, "oncegate_purge_runs_total", "counter",
          "Purge chunks run by the alarm.", node.alarm.runs);
+  if (auto& c = node.cluster; c.enabled) {
+    // On a cluster node the store's commit histogram above is the proposal
+    // latency: from proposing an entry to its local application.
+    metric(out, "oncegate_raft_is_leader", "gauge",
+           "1 while this node is the Raft leader.", c.role == "leader");
+    metric(out, "oncegate_raft_leader_ready", "gauge",
+           "1 while this node is the leader and has applied every earlier "
+           "entry (it decides).",
+           c.leader_ready);
+    metric(out, "oncegate_raft_term", "gauge", "Current Raft term.", c.term);
+    metric(out, "oncegate_raft_leader_id", "gauge",
+           "Id of the known leader (0: none).", c.leader_id);
+    metric(out, "oncegate_raft_commit_index", "gauge",
+           "Highest log index known to be committed.", c.commit_index);
+    metric(out, "oncegate_raft_applied_index", "gauge",
+           "Highest log index applied to the local SQLite.", c.applied_index);
+    metric(out, "oncegate_raft_leader_changes_total", "counter",
+           "Times this node saw the leader change.", c.leader_changes);
+    metric(out, "oncegate_raft_proposals_applied_total", "counter",
+           "Log entries this node proposed that were applied.",
+           c.proposals_applied);
+    metric(out, "oncegate_raft_proposals_failed_total", "counter",
+           "Log entries this node proposed that failed (not leader, "
+           "leadership lost, I/O).",
+           c.proposals_failed);
+    metric(out, "oncegate_raft_members", "gauge",
+           "Members of the Raft configuration.", c.members.size());
+  }
   return out;
 }
 

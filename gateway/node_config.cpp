@@ -68,6 +68,26 @@ node_config::node_config() {
     .add(admin_token_env, "token-env",
          "environment variable holding the admin token")
     .add(admin_token_file, "token-file", "file holding the admin token");
+  opt_group{custom_options_, "cluster"}
+    .add(cluster_id, "id", "this node's id in cluster.peers (0: single node)")
+    .add(cluster_peers, "peers",
+         "every node as \"ID=RAFT_HOST:PORT,CAF_HOST:PORT\" (itself too)")
+    .add(cluster_join, "join",
+         "join an existing cluster (added by an operator) instead of "
+         "bootstrapping it")
+    .add(election_timeout, "election-timeout",
+         "raft election timeout (randomised to 1-2x)")
+    .add(heartbeat_timeout, "heartbeat-timeout", "raft heartbeat interval")
+    .add(snapshot_threshold, "snapshot-threshold",
+         "raft log entries between snapshots")
+    .add(snapshot_trailing, "snapshot-trailing",
+         "raft log entries kept behind a snapshot")
+    .add(remote_timeout, "remote-timeout",
+         "bound on each request to another node")
+    .add(leader_wait, "leader-wait",
+         "how long a request looks for a ready leader before 503")
+    .add(max_outstanding, "max-outstanding",
+         "raft entries proposed and not yet applied at most");
   opt_group{custom_options_, "alarm"}
     .add(purge_chunk, "purge-chunk", "records deleted per purge transaction")
     .add(alarm_max_interval, "max-interval",
@@ -97,6 +117,17 @@ std::string node_config::validate() const {
     return "alarm.purge-chunk must be positive";
   if (max_connections < 1)
     return "http.max-connections must be positive";
+  if (clustered()) {
+    if (cluster_peers.empty())
+      return "cluster.peers must list every node when cluster.id is set";
+    if (heartbeat_timeout <= caf::timespan::zero()
+        || election_timeout <= heartbeat_timeout)
+      return "cluster.election-timeout must exceed cluster.heartbeat-timeout";
+    if (max_outstanding < 1)
+      return "cluster.max-outstanding must be positive";
+    if (snapshot_threshold < 1)
+      return "cluster.snapshot-threshold must be positive";
+  }
   static constexpr const char* levels[]
     = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   for (auto lvl : levels)
@@ -180,6 +211,44 @@ node_config::webhook_opts(const env_lookup& env, std::string& error) const {
 gateway_actor_options node_config::gateway_opts() const {
   gateway_actor_options res;
   res.actors = gateway_actors;
+  res.leader_wait = leader_wait;
+  return res;
+}
+
+std::optional<cluster::cluster_options>
+node_config::cluster_opts(std::string& error) const {
+  cluster::cluster_options res;
+  res.id = cluster_id;
+  for (auto& text : cluster_peers) {
+    auto p = cluster::parse_peer(text, error);
+    if (!error.empty()) {
+      error = "cluster.peers: " + error;
+      return std::nullopt;
+    }
+    for (auto& other : res.peers)
+      if (other.id == p.id) {
+        error = "cluster.peers: id " + std::to_string(p.id) + " twice";
+        return std::nullopt;
+      }
+    res.peers.push_back(std::move(p));
+  }
+  if (std::none_of(res.peers.begin(), res.peers.end(),
+                   [&](const cluster::peer& p) { return p.id == res.id; })) {
+    error = "cluster.id " + std::to_string(res.id)
+            + " is not among cluster.peers";
+    return std::nullopt;
+  }
+  res.join = cluster_join;
+  res.raft.election_timeout_ms = static_cast<uint32_t>(
+    to_ms(election_timeout).count());
+  res.raft.heartbeat_timeout_ms = static_cast<uint32_t>(
+    to_ms(heartbeat_timeout).count());
+  res.raft.snapshot_threshold = static_cast<uint32_t>(snapshot_threshold);
+  res.raft.snapshot_trailing = static_cast<uint32_t>(snapshot_trailing);
+  res.store.max_batch = static_cast<uint32_t>(max_batch);
+  res.store.max_pending = static_cast<uint32_t>(max_pending);
+  res.store.max_outstanding = static_cast<uint32_t>(max_outstanding);
+  res.remote_timeout = remote_timeout;
   return res;
 }
 

@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system_config.hpp>
 
@@ -28,6 +29,16 @@ public:
   node_options node_opts() const;
   http_server_options http_opts() const;
   gateway_actor_options gateway_opts() const;
+
+  /// True when `cluster.id` is set: the node runs Raft with `cluster.peers`.
+  bool clustered() const {
+    return cluster_id != 0;
+  }
+
+  /// The cluster part of the configuration; nothing (with `error` naming
+  /// the key) when a peer does not parse or this node is not among them.
+  std::optional<cluster::cluster_options>
+  cluster_opts(std::string& error) const;
 
   /// Routes (`[route.NAME]` sections) and admin access; resolves secrets
   /// from the environment and files. Nothing, with `error` naming the key,
@@ -73,6 +84,18 @@ public:
   std::string admin_token;
   std::string admin_token_env;
   std::string admin_token_file;
+
+  // [cluster]
+  size_t cluster_id = 0;
+  std::vector<std::string> cluster_peers;
+  bool cluster_join = false;
+  caf::timespan election_timeout = std::chrono::milliseconds(500);
+  caf::timespan heartbeat_timeout = std::chrono::milliseconds(50);
+  size_t snapshot_threshold = 100'000;
+  size_t snapshot_trailing = 8192;
+  caf::timespan remote_timeout = std::chrono::seconds(2);
+  caf::timespan leader_wait = std::chrono::seconds(3);
+  size_t max_outstanding = 4;
 
   // [alarm]
   size_t purge_chunk = 250;

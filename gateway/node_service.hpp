@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "actors/alarm_actor.hpp"
 #include "actors/registry.hpp"
@@ -22,6 +23,45 @@ struct reply {
   std::string detail;
 };
 
+/// One member of a cluster's Raft configuration.
+struct cluster_member {
+  uint64_t id = 0;
+  std::string address;
+  /// `voter`, `standby` or `spare`.
+  std::string role;
+};
+
+/// The Raft state of a cluster node (`enabled` is false on a single node).
+struct cluster_info {
+  bool enabled = false;
+  uint64_t id = 0;
+  /// `leader`, `follower`, `candidate` or `unavailable`.
+  std::string role;
+  uint64_t term = 0;
+  uint64_t leader_id = 0;
+  std::string leader_address;
+  bool leader_ready = false;
+  uint64_t commit_index = 0;
+  uint64_t applied_index = 0;
+  uint64_t last_index = 0;
+  uint64_t leader_changes = 0;
+  uint64_t proposals_applied = 0;
+  uint64_t proposals_failed = 0;
+  double proposal_seconds_sum = 0;
+  std::vector<cluster_member> members;
+};
+
+/// Operator changes of a cluster (run on the leader).
+enum class cluster_op : uint8_t {
+  /// Add a node of `cluster.peers` as a spare, then promote it to voter
+  /// (the leader catches it up first).
+  add,
+  /// Remove a node from the configuration.
+  remove,
+  /// Hand leadership to a node (0: any voter).
+  transfer,
+};
+
 /// Counters gathered from the node's actors for `/metrics`.
 struct node_metrics {
   /// False when some actor did not answer in time (the rest is partial).
@@ -29,6 +69,7 @@ struct node_metrics {
   registry_stats registry;
   persistence::store_stats store;
   alarm_stats alarm;
+  cluster_info cluster;
 };
 
 /// What the HTTP side needs of the node. Implemented on top of the actors
@@ -61,6 +102,21 @@ public:
   /// Checks that the store answers; `reason` is set when not ready.
   virtual void ready(std::function<void(bool ok, std::string reason)> done)
     = 0;
+
+  /// The node's Raft state (thread-safe, immediate).
+  virtual cluster_info cluster() const {
+    return {};
+  }
+
+  /// Applies an operator's change through the leader; the value is the
+  /// leader after a transfer, 0 otherwise.
+  virtual void change_cluster(cluster_op op, uint64_t id,
+                              std::function<void(reply<uint64_t>)> done) {
+    reply<uint64_t> res;
+    res.error = errc::invalid_argument;
+    res.detail = "this node does not run a cluster";
+    done(std::move(res));
+  }
 };
 
 } // namespace oncegate::gateway

@@ -258,6 +258,11 @@ std::size_t webhook_handler::body_limit(std::string_view target) const {
   return static_cast<std::size_t>(-1);
 }
 
+void webhook_handler::forget_cached(const std::string& route,
+                                    const std::string& key) {
+  cache_.forget(routing_key(route, key));
+}
+
 void webhook_handler::handle(http_request req, responder done) {
   auto path = req.path();
   bool get = req.method == "GET" || req.method == "HEAD";
@@ -302,7 +307,8 @@ void webhook_handler::handle(http_request req, responder done) {
       done(std::move(res));
     });
   }
-  if (path.substr(0, keys_prefix.size()) == keys_prefix || path == "/v1/keys")
+  if (path.substr(0, keys_prefix.size()) == keys_prefix || path == "/v1/keys"
+      || path == "/v1/cluster" || path.substr(0, 12) == "/v1/cluster/")
     return handle_admin(req, done);
   if (path.substr(0, 11) == "/v1/webhook")
     return done(not_found("no such route"));
@@ -657,6 +663,122 @@ void webhook_handler::admin_update(
                });
 }
 
+namespace {
+
+std::string cluster_json(const cluster_info& c) {
+  std::string out = R"({"mode":"cluster","id":)";
+  out += std::to_string(c.id);
+  out += R"(,"role":")";
+  out += c.role;
+  out += R"(","term":)";
+  out += std::to_string(c.term);
+  out += R"(,"leader_id":)";
+  out += std::to_string(c.leader_id);
+  out += R"(,"leader_address":)";
+  append_json_string(out, c.leader_address);
+  out += R"(,"leader_ready":)";
+  out += c.leader_ready ? "true" : "false";
+  out += R"(,"commit_index":)";
+  out += std::to_string(c.commit_index);
+  out += R"(,"applied_index":)";
+  out += std::to_string(c.applied_index);
+  out += R"(,"last_index":)";
+  out += std::to_string(c.last_index);
+  out += R"(,"leader_changes":)";
+  out += std::to_string(c.leader_changes);
+  out += R"(,"members":[)";
+  for (size_t i = 0; i < c.members.size(); ++i) {
+    if (i > 0)
+      out += ',';
+    out += R"({"id":)";
+    out += std::to_string(c.members[i].id);
+    out += R"(,"address":)";
+    append_json_string(out, c.members[i].address);
+    out += R"(,"role":")";
+    out += c.members[i].role;
+    out += "\"}";
+  }
+  out += "]}";
+  return out;
+}
+
+// Parses a node id (a positive decimal number).
+std::optional<uint64_t> parse_node_id(std::string_view text) {
+  if (text.empty() || text.size() > 18)
+    return std::nullopt;
+  uint64_t value = 0;
+  for (auto c : text) {
+    if (c < '0' || c > '9')
+      return std::nullopt;
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (value == 0)
+    return std::nullopt;
+  return value;
+}
+
+} // namespace
+
+void webhook_handler::handle_cluster(http_request& req, responder& done) {
+  auto path = req.path();
+  auto info = node_.cluster();
+  if (path == "/v1/cluster") {
+    if (req.method != "GET" && req.method != "HEAD")
+      return done(method_not_allowed("GET, HEAD"));
+    if (!info.enabled)
+      return done(json_response(200, R"({"mode":"single"})"));
+    return done(json_response(200, cluster_json(info)));
+  }
+  cluster_op op;
+  std::optional<uint64_t> id;
+  constexpr std::string_view members = "/v1/cluster/members/";
+  if (path == "/v1/cluster/transfer") {
+    if (req.method != "POST")
+      return done(method_not_allowed("POST"));
+    op = cluster_op::transfer;
+    id = 0;
+    if (auto to = query_param(req.target, "to")) {
+      id = parse_node_id(*to);
+      if (!id)
+        return done(make_problem({400, "bad-request", "Bad request",
+                                  "to must be a node id"}));
+    }
+  } else if (path.substr(0, members.size()) == members) {
+    id = parse_node_id(path.substr(members.size()));
+    if (!id)
+      return done(make_problem({400, "bad-request", "Bad request",
+                                "the path must end in a node id"}));
+    if (req.method == "POST")
+      op = cluster_op::add;
+    else if (req.method == "DELETE")
+      op = cluster_op::remove;
+    else
+      return done(method_not_allowed("POST, DELETE"));
+  } else {
+    return done(not_found());
+  }
+  if (!info.enabled)
+    return done(make_problem({409, "not-a-cluster", "Not a cluster",
+                              "this node runs without cluster.id"}));
+  node_.change_cluster(op, *id, [done](reply<uint64_t> rep) {
+    if (rep.ok) {
+      std::string body = R"({"status":"ok","leader_id":)";
+      body += std::to_string(rep.value);
+      body += '}';
+      return done(json_response(200, std::move(body)));
+    }
+    if (rep.error == errc::invalid_argument) {
+      auto res = make_problem({409, "cluster-change-refused",
+                               "Cluster change refused", rep.detail});
+      return done(std::move(res));
+    }
+    auto res = make_problem({503, "no-leader", "No leader",
+                             "no ready raft leader answered: " + rep.detail});
+    res.set("Retry-After", "1");
+    done(std::move(res));
+  });
+}
+
 void webhook_handler::handle_admin(http_request& req, responder& done) {
   auto& admin = opts_.admin;
   if (!admin.token.empty()) {
@@ -685,6 +807,8 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
   }
   if (req.path() == "/v1/keys")
     return handle_admin_list(req, done);
+  if (req.path().substr(0, 11) == "/v1/cluster")
+    return handle_cluster(req, done);
   auto raw_key = req.path().substr(keys_prefix.size());
   constexpr std::string_view complete_suffix = "/complete";
   bool complete = raw_key.size() > complete_suffix.size()

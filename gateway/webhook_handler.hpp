@@ -53,6 +53,11 @@ public:
     return metrics_;
   }
 
+  /// Drops the cached decision of `(route, key)`: a cluster node calls it
+  /// when a replicated entry released the record (e.g. an operator's DELETE
+  /// through another node). Thread-safe.
+  void forget_cached(const std::string& route, const std::string& key);
+
 private:
   struct key_info;
 
@@ -65,6 +70,8 @@ private:
   void admin_update(record_update upd, responder done,
                     std::function<http_response(const update_result&)> answer);
   void handle_admin_list(http_request& req, responder& done);
+  /// `/v1/cluster`: Raft state; members add/remove; leadership transfer.
+  void handle_cluster(http_request& req, responder& done);
 
   webhook_options opts_;
   node_service& node_;

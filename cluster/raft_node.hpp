@@ -1,0 +1,166 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "persistence/command.hpp"
+#include "persistence/sqlite_store.hpp"
+
+namespace oncegate::cluster {
+
+/// One member of the Raft configuration.
+struct member {
+  uint64_t id = 0;
+  /// Raft transport address, `host:port`.
+  std::string address;
+};
+
+/// How a node runs its Raft server.
+struct raft_node_options {
+  uint64_t id = 0;
+  /// This node's Raft address, `host:port` (it listens there).
+  std::string address;
+  /// Directory of the Raft log and snapshots (created if missing).
+  std::string dir;
+  /// Bootstrap with `initial` when the log is pristine; a node that joins
+  /// an existing cluster later (as a spare, via `add`) does not bootstrap.
+  bool bootstrap = true;
+  /// The initial voters (every bootstrapping node is given the same list).
+  std::vector<member> initial;
+  /// Election timeout (randomised by libraft to 1-2x) and heartbeat.
+  uint32_t election_timeout_ms = 1000;
+  uint32_t heartbeat_timeout_ms = 100;
+  /// Entries between snapshots, and entries kept behind a snapshot.
+  uint32_t snapshot_threshold = 100000;
+  uint32_t snapshot_trailing = 8192;
+  /// Proposals queued for the Raft thread at most; beyond, `propose` fails
+  /// at once with `RAFT_BUSY`.
+  uint32_t max_queued = 4096;
+};
+
+/// Role of a node, as last polled.
+enum class raft_role : uint8_t { unavailable, follower, candidate, leader };
+
+const char* to_string(raft_role x);
+
+/// libraft's message for a status code (e.g. `RAFT_NOTLEADER`).
+const char* raft_error_text(int status);
+
+/// The name of a member role (`RAFT_VOTER`, ...): `voter`, `standby`,
+/// `spare`.
+const char* raft_role_name(int role);
+
+/// A consistent view of the node's Raft state.
+struct raft_status {
+  raft_role role = raft_role::unavailable;
+  uint64_t term = 0;
+  /// Known leader (0: none) and its Raft address.
+  uint64_t leader_id = 0;
+  std::string leader_address;
+  /// True once this node is leader and the barrier issued at its election
+  /// committed: every entry of earlier terms is applied locally, so the
+  /// node's SQLite holds every committed decision.
+  bool leader_ready = false;
+  uint64_t commit_index = 0;
+  uint64_t applied_index = 0;
+  uint64_t last_index = 0;
+  /// Times this node saw the leader change (including to none).
+  uint64_t leader_changes = 0;
+  /// Proposals that were applied / failed, and their latency histogram
+  /// input (seconds from `propose` to the callback).
+  uint64_t proposals_applied = 0;
+  uint64_t proposals_failed = 0;
+  double proposal_seconds_sum = 0;
+  /// Entries whose application failed (decode or SQLite errors).
+  uint64_t apply_failures = 0;
+  /// The configuration: members and their roles (RAFT_VOTER, ...).
+  std::vector<std::pair<member, int>> members;
+};
+
+/// The part of `raft_status` that request paths need, read without a lock
+/// (fields are read one by one: a change may be seen half-way, which every
+/// user tolerates: the leader checks again when it proposes).
+struct raft_brief {
+  raft_role role = raft_role::unavailable;
+  uint64_t leader_id = 0;
+  bool leader_ready = false;
+};
+
+/// The result of one proposal: libraft's status (0 on success) and, on
+/// success, the results of the entry's commands (empty when the entry was
+/// skipped as already applied).
+using proposal_done
+  = std::function<void(int status, std::vector<persistence::command_result>)>;
+
+/// Callbacks of a Raft node; they run on the Raft thread and must not block.
+struct raft_hooks {
+  /// Role, term, leader or leader readiness changed (`status()` already
+  /// shows the new state).
+  std::function<void(const raft_status&)> on_change;
+  /// An entry was applied (on every node, followers too), with its commands
+  /// and their results.
+  std::function<void(const std::vector<persistence::command>&,
+                     const std::vector<persistence::command_result>&)>
+    on_applied;
+  /// A snapshot replaced the whole database.
+  std::function<void()> on_restored;
+};
+
+/// A Raft server on its own thread (a libuv loop) over the node's SQLite
+/// store, which is the replicated state machine.
+///
+/// Every libraft call and callback happens on that thread; other threads
+/// talk to it through a queue and `uv_async_send`. Callbacks given to this
+/// class run on the Raft thread and must not block.
+class raft_node {
+public:
+  /// Opens the Raft directory, bootstraps if asked and the log is pristine,
+  /// and starts the thread. `db` must outlive the node and must not be used
+  /// by anyone else for writes.
+  static caf::expected<std::unique_ptr<raft_node>>
+  start(raft_node_options opts, persistence::sqlite_store& db,
+        raft_hooks hooks = {});
+
+  /// Stops the Raft server (pending proposals fail with `RAFT_CANCELED` or
+  /// `RAFT_SHUTDOWN`) and joins the thread.
+  ~raft_node();
+
+  raft_node(const raft_node&) = delete;
+  raft_node& operator=(const raft_node&) = delete;
+
+  /// Proposes one encoded batch (`persistence::encode_batch`). `done` runs
+  /// on the Raft thread once the entry was applied locally or failed:
+  /// `RAFT_NOTLEADER` (nothing happened) or `RAFT_LEADERSHIPLOST` (the entry
+  /// may still commit: the outcome is unknown).
+  void propose(std::string entry, proposal_done done);
+
+  /// Membership changes and leadership transfer; `done` gets libraft's
+  /// status (0 on success) and runs on the Raft thread.
+  void add(uint64_t id, std::string address, std::function<void(int)> done);
+  void assign(uint64_t id, int role, std::function<void(int)> done);
+  void remove(uint64_t id, std::function<void(int)> done);
+  /// Transfers leadership to `id` (0: any voter); `done` gets the new
+  /// leader's id (0: none yet).
+  void transfer(uint64_t id, std::function<void(uint64_t)> done);
+
+  /// The last published state (thread-safe).
+  raft_status status() const;
+
+  /// Role, leader and readiness (thread-safe, lock-free).
+  raft_brief brief() const;
+
+  /// This node's id.
+  uint64_t id() const;
+
+private:
+  struct impl;
+  explicit raft_node(std::unique_ptr<impl> ptr);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace oncegate::cluster

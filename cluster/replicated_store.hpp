@@ -1,0 +1,41 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <caf/fwd.hpp>
+
+#include "cluster/raft_node.hpp"
+#include "persistence/sqlite_store.hpp"
+#include "persistence/store_actor.hpp"
+
+namespace oncegate::cluster {
+
+/// Limits of the replicated store.
+struct replicated_store_options {
+  /// Commands per log entry at most.
+  uint32_t max_batch = 1024;
+  /// Log entries proposed and not yet applied at most; commands arriving
+  /// meanwhile wait and form the next entries (group commit over Raft).
+  uint32_t max_outstanding = 4;
+  /// Commands waiting for an entry at most; beyond, new ones fail at once
+  /// with `errc::overloaded`.
+  uint32_t max_pending = 65536;
+};
+
+/// Spawns a store actor (the `persistence::store_actor` interface) whose
+/// writes are Raft log entries: each batch of claims, updates and purges is
+/// proposed through `raft` and answered only after the entry committed on a
+/// majority and was applied to the local SQLite. Reads (get, list, next,
+/// count) come from `reader`, a read-only connection to the same file.
+///
+/// Writes fail with `errc::not_leader` when this node is not the leader
+/// (nothing happened) and with `errc::leadership_lost` when leadership moved
+/// while the entry was in flight (it may still commit: outcome unknown; a
+/// claim retried with the same request id finds its own record).
+persistence::store_actor
+spawn_replicated_store(caf::actor_system& sys, std::shared_ptr<raft_node> raft,
+                       std::shared_ptr<persistence::sqlite_store> reader,
+                       replicated_store_options opts);
+
+} // namespace oncegate::cluster

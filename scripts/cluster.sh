@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Starts, inspects and stops a local oncegate cluster described by a directory
+# of per-node INI files (cluster-config/three-node, cluster-config/five-node).
+#
+#   scripts/cluster.sh start  cluster-config/three-node   # build, start, wait
+#   scripts/cluster.sh status cluster-config/three-node   # role of each node
+#   scripts/cluster.sh kill-leader cluster-config/three-node  # SIGKILL it
+#   scripts/cluster.sh restart cluster-config/three-node 2    # (re)start node 2
+#   scripts/cluster.sh stop   cluster-config/three-node   # SIGTERM all
+#
+# Logs and pid files go to each node's data dir (node.log, node.pid).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+}
+
+[[ $# -ge 2 ]] || usage
+cmd=$1
+dir=${2%/}
+[[ -d $dir ]] || { echo "no such cluster config dir: $dir" >&2; exit 2; }
+bin=${ONCEGATE_BIN:-${ONCEGATE_BUILD_DIR:-build}/tools/oncegate}
+
+# ini_get FILE KEY: the first `KEY=value` of FILE, quotes removed.
+ini_get() {
+  sed -n "s/^$2=\"\\{0,1\\}\\([^\"]*\\)\"\\{0,1\\}\$/\\1/p" "$1" | head -n1
+}
+
+nodes() {
+  ls "$dir"/node*.ini | sort -V
+}
+
+data_dir() { ini_get "$1" data-dir; }
+http_port() { ini_get "$1" http-port; }
+node_id() { ini_get "$1" id; }
+
+pid_of() {
+  local f
+  f="$(data_dir "$1")/node.pid"
+  [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"
+}
+
+start_one() {
+  local ini=$1 dd pid
+  dd=$(data_dir "$ini")
+  mkdir -p "$dd"
+  if pid=$(pid_of "$ini"); then
+    echo "node $(node_id "$ini") already running (pid $pid)"
+    return
+  fi
+  "$bin" --config-file="$ini" >>"$dd/node.log" 2>&1 &
+  echo $! >"$dd/node.pid"
+  echo "node $(node_id "$ini") started (pid $!, http 127.0.0.1:$(http_port "$ini"), log $dd/node.log)"
+}
+
+# cluster_json INI: GET /v1/cluster of that node (empty when down).
+cluster_json() {
+  curl -s --max-time 1 "http://127.0.0.1:$(http_port "$1")/v1/cluster" || true
+}
+
+wait_ready() {
+  local deadline=$((SECONDS + ${ONCEGATE_START_TIMEOUT:-30})) ini ready
+  while ((SECONDS < deadline)); do
+    ready=0
+    for ini in $(nodes); do
+      if curl -sf --max-time 1 -o /dev/null \
+        "http://127.0.0.1:$(http_port "$ini")/readyz"; then
+        ready=$((ready + 1))
+      fi
+    done
+    if ((ready == $(nodes | wc -l))); then
+      echo "all $ready nodes ready"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "not every node became ready; see the node.log files" >&2
+  return 1
+}
+
+status() {
+  local ini
+  for ini in $(nodes); do
+    printf 'node %s pid=%s http=%s %s\n' "$(node_id "$ini")" \
+      "$(pid_of "$ini" || echo -)" "$(http_port "$ini")" \
+      "$(cluster_json "$ini" | tr -d '\n' | cut -c1-200)"
+  done
+}
+
+leader_ini() {
+  local ini
+  for ini in $(nodes); do
+    if cluster_json "$ini" | grep -q '"role":"leader"'; then
+      echo "$ini"
+      return 0
+    fi
+  done
+  return 1
+}
+
+case $cmd in
+  start)
+    if [[ ! -x $bin || -z ${ONCEGATE_BIN:-} ]]; then
+      scripts/build.sh >/dev/null
+    fi
+    for ini in $(nodes); do start_one "$ini"; done
+    wait_ready
+    status
+    ;;
+  restart)
+    [[ $# -ge 3 ]] || usage
+    start_one "$dir/node$3.ini"
+    ;;
+  status)
+    status
+    ;;
+  kill-leader)
+    ini=$(leader_ini) || { echo "no leader found" >&2; exit 1; }
+    pid=$(pid_of "$ini")
+    kill -9 "$pid"
+    echo "killed leader: node $(node_id "$ini") (pid $pid)"
+    ;;
+  stop)
+    for ini in $(nodes); do
+      if pid=$(pid_of "$ini"); then
+        kill -TERM "$pid"
+        echo "node $(node_id "$ini") stopping (pid $pid)"
+      fi
+    done
+    for ini in $(nodes); do
+      for _ in $(seq 100); do
+        pid_of "$ini" >/dev/null || break
+        sleep 0.1
+      done
+    done
+    ;;
+  *)
+    usage
+    ;;
+esac
