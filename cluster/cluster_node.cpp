@@ -348,6 +348,10 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   if (opts.store.path.empty())
     opts.store.path = (std::filesystem::path{opts.data_dir} / "oncegate.db")
                         .string();
+  // Durability comes from the Raft log (fsynced before an entry counts as
+  // committed); libraft replays it into the file after a crash, and
+  // `apply_batch` skips what the file already holds.
+  opts.store.sync_commits = false;
   auto writer = persistence::sqlite_store::open(opts.store);
   if (!writer)
     return std::move(writer.error());

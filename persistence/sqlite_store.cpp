@@ -385,7 +385,9 @@ sqlite_store::open(const store_options& opts) {
   sqlite3_busy_timeout(ptr->db, static_cast<int>(opts.busy_timeout_ms));
   // WAL + FULL: a commit returns only after the WAL frame is fsynced.
   // Automatic checkpoints are off; the checkpointer thread does them.
-  for (auto sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
+  for (auto sql : {"PRAGMA journal_mode=WAL",
+                   opts.sync_commits ? "PRAGMA synchronous=FULL"
+                                     : "PRAGMA synchronous=NORMAL",
                    "PRAGMA wal_autocheckpoint=0", "PRAGMA foreign_keys=OFF"})
     if (auto err = ptr->exec(sql))
       return err;

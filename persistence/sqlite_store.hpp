@@ -16,6 +16,12 @@ namespace oncegate::persistence {
 struct store_options {
   /// Path of the database file; its directory must exist.
   std::string path;
+  /// fsync every commit (`synchronous=FULL`): a single node's decisions are
+  /// durable through this file. A cluster node's are durable through the
+  /// Raft log, which it replays into the file after a crash, so its commits
+  /// skip the fsync (`synchronous=NORMAL`: the file stays consistent and
+  /// may only lag behind the log).
+  bool sync_commits = true;
   /// WAL size in pages that wakes the background checkpointer. Commits never
   /// checkpoint themselves (that stalled them for 67-165 ms).
   uint32_t checkpoint_pages = 4000;
