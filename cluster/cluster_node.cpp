@@ -33,6 +33,8 @@ struct change_outcome {
   int status = 0;
   uint64_t leader = 0;
   bool is_transfer = false;
+  /// A removed node (its in-flight records are doubted afterwards).
+  uint64_t removed = 0;
 };
 
 } // namespace
@@ -294,11 +296,14 @@ caf::behavior front_impl(front_pointer self, node local,
       });
       return rp;
     },
-    [self, change_cb](remove_atom, uint64_t id) -> caf::result<int32_t> {
+    [self](remove_atom, uint64_t id) -> caf::result<int32_t> {
       if (!self->state.ready())
         return not_leader();
       auto rp = self->make_response_promise();
-      self->state.raft->remove(id, change_cb(rp, false));
+      caf::actor hdl = caf::actor_cast<caf::actor>(self);
+      self->state.raft->remove(id, [hdl, rp, id](int status) mutable {
+        caf::anon_send(hdl, change_outcome{rp, status, 0, false, id});
+      });
       return rp;
     },
     [self](transfer_atom, uint64_t id) -> caf::result<uint64_t> {
@@ -311,7 +316,27 @@ caf::behavior front_impl(front_pointer self, node local,
       });
       return rp;
     },
-    [](change_outcome& out) {
+    [self](change_outcome& out) {
+      if (out.removed != 0 && out.status == 0) {
+        // A removed node never comes back to settle what it had in flight:
+        // those records are in doubt now (never re-executed automatically).
+        auto store = caf::actor_cast<caf::actor>(self->state.local.store);
+        auto id = out.removed;
+        self
+          ->request(store, self->state.remote_timeout, doubt_atom::value, id,
+                    std::numeric_limits<int64_t>::max())
+          .then(
+            [id](uint64_t n) {
+              log::cluster()->info("cluster.removed_node_doubted id={} "
+                                   "count={}",
+                                   id, n);
+            },
+            [id](caf::error& err) {
+              log::cluster()->warn("cluster.removed_node_doubt_failed id={} "
+                                   "error={}",
+                                   id, describe(err));
+            });
+      }
       if (out.is_transfer)
         out.rp.deliver(out.leader);
       else
@@ -390,13 +415,14 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     if (restored)
       restored();
   };
-  auto was_leader = std::make_shared<bool>(false);
-  rh.on_change = [registries, registries_mtx,
-                  was_leader](const raft_status& s) {
+  // (leader, term) as last seen; only the Raft thread touches it.
+  auto seen = std::make_shared<std::pair<bool, uint64_t>>(false, 0);
+  rh.on_change = [registries, registries_mtx, seen](const raft_status& s) {
     auto leader = s.role == raft_role::leader;
-    if (leader == *was_leader)
+    auto changed = leader != seen->first || (leader && s.term != seen->second);
+    *seen = {leader, s.term};
+    if (!changed)
       return;
-    *was_leader = leader;
     // Cached records must not outlive a change of leadership: while this
     // node was not leader, another one may have changed them.
     std::lock_guard<std::mutex> guard{*registries_mtx};
