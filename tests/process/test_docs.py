@@ -10,7 +10,7 @@ from harness import BIN
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 # Option groups that are oncegate's own (CAF's logger, middleman, ... are
 # CAF's and documented by CAF).
-OWN_GROUPS = ("global", "http", "keys", "store", "alarm", "admin")
+OWN_GROUPS = ("global", "http", "keys", "store", "alarm", "admin", "cluster")
 # CAF's own global flags.
 CAF_GLOBALS = {"help", "long-help", "dump-config", "config-file"}
 
