@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -351,6 +352,9 @@ raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
     return make_error(errc::storage_failure,
                       "raft: " + what + ": " + raft_strerror(rv));
   };
+  // libuv writes to peers' sockets without MSG_NOSIGNAL: a write to a dead
+  // peer must cost an error code, not the process.
+  std::signal(SIGPIPE, SIG_IGN);
   std::error_code ec;
   std::filesystem::create_directories(opts.dir, ec);
   if (ec)

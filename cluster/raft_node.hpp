@@ -120,7 +120,8 @@ struct raft_hooks {
 class raft_node {
 public:
   /// Opens the Raft directory, bootstraps if asked and the log is pristine,
-  /// and starts the thread. `db` must outlive the node and must not be used
+  /// and starts the thread. Sets SIGPIPE to ignored for the process (libuv
+  /// would otherwise die writing to a dead peer). `db` must outlive the node and must not be used
   /// by anyone else for writes.
   static caf::expected<std::unique_ptr<raft_node>>
   start(raft_node_options opts, persistence::sqlite_store& db,
