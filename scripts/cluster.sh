@@ -2,7 +2,7 @@
 # Starts, inspects and stops a local oncegate cluster described by a directory
 # of per-node INI files (cluster-config/three-node, cluster-config/five-node).
 #
-#   scripts/cluster.sh start  cluster-config/three-node   # build, start, wait
+#   scripts/cluster.sh start  cluster-config/three-node   # set up, build, start, wait
 #   scripts/cluster.sh status cluster-config/three-node   # role of each node
 #   scripts/cluster.sh kill-leader cluster-config/three-node  # SIGKILL it
 #   scripts/cluster.sh restart cluster-config/three-node 2    # (re)start node 2
@@ -102,7 +102,9 @@ leader_ini() {
 
 case $cmd in
   start)
-    if [[ ! -x $bin || -z ${ONCEGATE_BIN:-} ]]; then
+    if [[ -z ${ONCEGATE_BIN:-} ]]; then
+      # Installs what is missing (apt-get), then builds (incremental).
+      scripts/setup.sh
       scripts/build.sh >/dev/null
     fi
     for ini in $(nodes); do start_one "$ini"; done
