@@ -134,12 +134,40 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
   }
   st.pending.emplace_back(std::move(cmd));
   st.waiters.emplace_back(std::move(w));
+  if (st.opts.unsafe_ack_before_commit) {
+    if (!st.flush_scheduled) {
+      st.flush_scheduled = true;
+      self->delayed_send(self, std::chrono::milliseconds(100),
+                         flush_atom::value);
+    }
+    return;
+  }
   if (st.pending.size() >= st.opts.max_batch) {
     st.flush();
   } else if (!st.flush_scheduled) {
     st.flush_scheduled = true;
     self->send(self, flush_atom::value);
   }
+}
+
+// See `store_actor_options::unsafe_ack_before_commit`: decides from what is
+// committed so far and answers at once; the write commits later.
+claim_result unsafe_claim(store_pointer self, claim_request&& req) {
+  claim_result res;
+  auto cur = self->state.db->load(req.route, req.key);
+  if (cur && cur->found && live(cur->rec, req.now_ms)) {
+    res.outcome = cur->rec.fingerprint == req.fingerprint ? decision::duplicate
+                                                          : decision::mismatch;
+    res.rec = std::move(cur->rec);
+  } else {
+    res.outcome = decision::accepted;
+    res.rec = make_record(req);
+  }
+  command cmd;
+  cmd.type = command::kind::claim;
+  cmd.claim = std::move(req);
+  enqueue(self, std::move(cmd), waiter{});
+  return res;
 }
 
 store_actor::behavior_type store_impl(store_pointer self,
@@ -158,7 +186,9 @@ store_actor::behavior_type store_impl(store_pointer self,
     self->quit(msg.reason);
   });
   return {
-    [self](claim_atom, claim_request& req) {
+    [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
+      if (self->state.opts.unsafe_ack_before_commit)
+        return unsafe_claim(self, std::move(req));
       command cmd;
       cmd.type = command::kind::claim;
       cmd.claim = std::move(req);

@@ -75,6 +75,11 @@ struct store_actor_options {
   /// Operations waiting for a transaction at most; beyond, new operations
   /// fail at once with `errc::overloaded`.
   uint32_t max_pending = 65536;
+  /// BROKEN ON PURPOSE, for fault-injection tests only (the product never
+  /// sets it): claims are answered from a read before they are written, and
+  /// batches commit 100 ms later. The drill suite must catch a node built
+  /// this way (lost acknowledged claims, duplicate executions).
+  bool unsafe_ack_before_commit = false;
 };
 
 /// Spawns the store actor owning `db`. Production spawns it detached (its

@@ -1,0 +1,155 @@
+#include "gateway/node_main.hpp"
+
+#include <csignal>
+#include <iostream>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+
+#include "actors/node.hpp"
+#include "cluster/cluster_node.hpp"
+#include "common/logging.hpp"
+#include "gateway/gateway_actor.hpp"
+#include "gateway/http_server.hpp"
+#include "gateway/node_config.hpp"
+#include "gateway/webhook_handler.hpp"
+
+namespace oncegate::gateway {
+
+namespace {
+
+// Where replicated releases drop cached decisions: the handler, once it
+// exists (the Raft thread starts applying before it does).
+struct release_sink {
+  std::mutex mtx;
+  webhook_handler* handler = nullptr;
+
+  void apply(const std::vector<persistence::command>& cmds) {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (handler == nullptr)
+      return;
+    for (auto& cmd : cmds)
+      if (cmd.type == persistence::command::kind::update
+          && cmd.update.op == transition::release)
+        handler->forget_cached(cmd.update.route, cmd.update.key);
+  }
+
+  void attach(webhook_handler* h) {
+    std::lock_guard<std::mutex> guard{mtx};
+    handler = h;
+  }
+};
+
+} // namespace
+
+int run_node(int argc, char** argv, const run_options& ro) {
+  // A peer that closes early must cost an error code, not the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  node_config cfg;
+  if (auto err = cfg.parse(argc, argv)) {
+    std::cerr << "oncegate: bad configuration: " << cfg.render(err) << '\n';
+    return 2;
+  }
+  if (cfg.cli_helptext_printed)
+    return 0;
+  if (cfg.version) {
+    std::cout << "oncegate " << ro.version << '\n';
+    return 0;
+  }
+  if (auto problem = cfg.validate(); !problem.empty()) {
+    std::cerr << "oncegate: bad configuration: " << problem << '\n';
+    return 2;
+  }
+  std::string error;
+  auto web = cfg.webhook_opts(process_env, error);
+  if (!web) {
+    std::cerr << "oncegate: bad configuration: " << error << '\n';
+    return 2;
+  }
+  std::optional<cluster::cluster_options> copts;
+  if (cfg.clustered()) {
+    copts = cfg.cluster_opts(error);
+    if (!copts) {
+      std::cerr << "oncegate: bad configuration: " << error << '\n';
+      return 2;
+    }
+    cfg.load<caf::io::middleman>();
+    // A hung peer (SIGSTOP, a frozen VM) is detected only with heartbeats.
+    cfg.set("middleman.heartbeat-interval",
+            caf::timespan{std::chrono::milliseconds(200)});
+    cfg.set("middleman.connection-timeout",
+            caf::timespan{std::chrono::seconds(1)});
+  }
+  log::init(cfg.log_level);
+  caf::actor_system sys{cfg};
+  auto sink = std::make_shared<release_sink>();
+  std::optional<node> single;
+  std::unique_ptr<cluster::cluster_node> clustered;
+  std::unique_ptr<node_service> service;
+  if (copts) {
+    cluster::cluster_hooks hooks;
+    hooks.on_applied = [sink](const std::vector<persistence::command>& cmds,
+                              const std::vector<persistence::command_result>&) {
+      sink->apply(cmds);
+    };
+    auto nopts = cfg.node_opts();
+    if (ro.tweak)
+      ro.tweak(nopts, &*copts);
+    auto n = cluster::start_cluster_node(sys, std::move(nopts), *copts,
+                                         std::move(hooks));
+    if (!n) {
+      log::store()->critical("node.start_failed error={}",
+                             sys.render(n.error()));
+      return 1;
+    }
+    clustered = std::move(*n);
+    service = make_cluster_gateway_service(sys, *clustered,
+                                                    cfg.gateway_opts());
+  } else {
+    auto nopts = cfg.node_opts();
+    if (ro.tweak)
+      ro.tweak(nopts, nullptr);
+    auto n = start_node(sys, std::move(nopts));
+    if (!n) {
+      log::store()->critical("node.start_failed error={}",
+                             sys.render(n.error()));
+      return 1;
+    }
+    single = std::move(*n);
+    service = make_gateway_service(sys, *single, cfg.gateway_opts());
+  }
+  auto exit_code = 0;
+  {
+    webhook_handler handler{std::move(*web), *service};
+    sink->attach(&handler);
+    auto server = http_server::listen(cfg.http_opts(), handler,
+                                               error);
+    if (!server) {
+      log::gateway()->critical("node.listen_failed error={}", error);
+      exit_code = 1;
+    } else {
+      log::gateway()->info("node.ready http={}:{} data_dir={}", cfg.http_host,
+                           server->port(), cfg.data_dir);
+      // One machine-readable line on stdout for scripts and tests.
+      std::cout << "oncegate ready http=" << cfg.http_host << ':'
+                << server->port() << std::endl;
+      server->run(true);
+    }
+    sink->attach(nullptr);
+  }
+  // Every HTTP request is answered; now stop the actors. The store commits
+  // what it holds before it exits, and the actor system waits for it.
+  service.reset();
+  if (single)
+    single->shutdown();
+  if (clustered)
+    clustered->shutdown();
+  log::gateway()->info("node.stopped");
+  return exit_code;
+}
+
+} // namespace oncegate::gateway
