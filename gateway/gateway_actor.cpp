@@ -88,9 +88,10 @@ template <class T, class Local, class... Ts>
 void forward(caf::event_based_actor* self,
              std::shared_ptr<const cluster_route> cr, Local local,
              std::chrono::steady_clock::time_point until,
-             std::function<void(reply<T>)> done, std::tuple<Ts...> args) {
-  auto again = [self, cr, local, until, done,
-                args](const caf::error& err) mutable {
+             std::function<void(reply<T>)> done, std::tuple<Ts...> args,
+             uint32_t attempt = 0) {
+  auto again = [self, cr, local, until, done, args,
+                attempt](const caf::error& err) mutable {
     if (std::chrono::steady_clock::now() >= until || !retryable(err)) {
       auto res = failure<T>(self->system(), err);
       if (retryable(err))
@@ -98,11 +99,14 @@ void forward(caf::event_based_actor* self,
       done(std::move(res));
       return;
     }
-    self->delayed_send(self, cr->retry_interval,
-                       gateway_job{[cr, local, until, done, args](
+    // Backs off (interval x 1, 2, 4, 8, then 8 again): a failover takes
+    // hundreds of milliseconds, and many requests may be waiting for it.
+    auto delay = cr->retry_interval * (1u << std::min(attempt, 3u));
+    self->delayed_send(self, delay,
+                       gateway_job{[cr, local, until, done, args, attempt](
                                      caf::event_based_actor* self) mutable {
                          forward<T>(self, cr, local, until, std::move(done),
-                                    std::move(args));
+                                    std::move(args), attempt + 1);
                        }});
   };
   auto status = cr->raft->brief();
