@@ -3,9 +3,9 @@
 # runs every scenario on 127.0.0.1, stops everything it started and writes
 # results.csv, results.md and PNG plots. See docs/benchmarks.md.
 #
-#   bench/run.sh                   full run (~5 min on 2 vCPU with an up-to-date
+#   bench/run.sh                   full run (~6 min on 2 vCPU with an up-to-date
 #                                  build), results in docs/benchmarks/
-#   BENCH_SMOKE=1 bench/run.sh     ~2 s per scenario (~1 min), tiny key counts,
+#   BENCH_SMOKE=1 bench/run.sh     ~2 s per scenario (~75 s), tiny key counts,
 #                                  results in a temp dir (printed at the end)
 #
 # Knobs (environment; defaults full / smoke):
@@ -23,7 +23,7 @@
 #   BENCH_MEM_ARGS="--keys.decision-cache=0"  options of the memory nodes
 #                                  (the bounded decision cache is measured
 #                                  apart from the actors by default)
-#   BENCH_SCENARIOS="core redis nginx big purge memory passivation cold"
+#   BENCH_SCENARIOS="core redis nginx big purge memory passivation cold cluster"
 #   BENCH_OUT=docs/benchmarks/ (smoke: a new temp dir)   where results go
 #   BENCH_TMPDIR=${TMPDIR:-/tmp}   data dirs (must be a real disk: fsync)
 #   BENCH_BUILD_DIR=build-release  release build dir (configured if missing)
@@ -59,7 +59,7 @@ MEM_KEYS_LARGE=${BENCH_MEM_KEYS_LARGE:-$d_mem_large}
 PASSIVATE_KEYS=${BENCH_PASSIVATE_KEYS:-$d_passivate}
 IDLE_TIMEOUT=${BENCH_IDLE_TIMEOUT:-$d_idle}
 COLD_KEYS=${BENCH_COLD_KEYS:-$d_cold}
-SCENARIOS=${BENCH_SCENARIOS:-core redis nginx big purge memory passivation cold}
+SCENARIOS=${BENCH_SCENARIOS:-core redis nginx big purge memory passivation cold cluster}
 WRK_TIMEOUT=${WRK_TIMEOUT:-10s}
 READY_TIMEOUT=${BENCH_READY_TIMEOUT:-120}
 STOP_TIMEOUT=${BENCH_STOP_TIMEOUT:-120}
@@ -580,6 +580,105 @@ sc_cold() {
   stop_node
 }
 
+# 9: a 3-node Raft cluster on 127.0.0.1 (every decision committed on a
+# majority: appended and fsynced by two of the three nodes' Raft logs):
+# unloaded latency and 50 connections of unique keys against the leader,
+# then 50 connections against a follower (which forwards to the leader).
+# Afterwards every node must hold the same number of records, and at least
+# as many as were acknowledged with 200.
+status_count() {  # CODE: answers with that status in WRK_RESULT
+  local s n=0
+  for s in $(kv statuses | tr ',' ' '); do
+    [ "${s%%:*}" = "$1" ] && n=${s#*:}
+  done
+  echo "$n"
+}
+
+sc_cluster() {
+  local dir=$RUN_TMP/cluster ini sys=oncegate_cluster3 ports=() pids=()
+  local http=() i out lport lid term0 term1 fport fid acked=0 base
+  local settle index lid1 counts=() t0
+  mkdir -p "$dir"
+  ini=$dir/cluster.ini
+  mapfile -t ports < <(py freeport 6)
+  [ "${#ports[@]}" = 6 ] || die "freeport: ${ports[*]}"
+  {
+    echo '[cluster]'
+    echo 'peers=['
+    for i in 1 2 3; do
+      printf '  "%d=127.0.0.1:%d,127.0.0.1:%d"%s\n' "$i" \
+        "${ports[$(( (i - 1) * 2 ))]}" "${ports[$(( (i - 1) * 2 + 1 ))]}" \
+        "$([ "$i" -lt 3 ] && echo ,)"
+    done
+    echo ']'
+    echo 'election-timeout=500ms'
+    echo 'heartbeat-timeout=50ms'
+  } >"$ini"
+  t0=$EPOCHREALTIME
+  for i in 1 2 3; do
+    start_node "cluster-node$i" "$dir/node$i" --config-file="$ini" \
+      --cluster.id="$i"
+    pids[i]=$NODE_PID
+    http[i]=$NODE_PORT
+  done
+  out=$(py cluster-wait "$READY_TIMEOUT" "${http[1]}" "${http[2]}" "${http[3]}") \
+    || die "cluster not ready with a leader within ${READY_TIMEOUT}s: ${out#* }"
+  read -r _ lport lid term0 <<<"$out"
+  emit cluster3_store "$sys" start_s "$(elapsed_since "$t0")" s
+  for i in 1 2 3; do
+    if [ "$i" != "$lid" ]; then fid=$i; fport=${http[i]}; break; fi
+  done
+  log "cluster ready $(elapsed_since "$t0")s after the first node's start: leader node $lid (port $lport, term $term0), follower node $fid (port $fport)"
+
+  run_wrk cluster-unloaded 200 1 1 "$SECS" unique.lua "$lport"
+  emit_wrk cluster3_unloaded "$sys"
+  acked=$((acked + $(status_count 200)))
+  base=$(csv_value unique_c50 oncegate rps)
+  run_wrk cluster-leader 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$lport"
+  emit_wrk cluster3_leader_c50 "$sys"
+  acked=$((acked + $(status_count 200)))
+  [ -z "$base" ] || emit cluster3_leader_c50 "$sys" ratio_to_single "$(ratio "$(kv rps)" "$base")" x
+  run_wrk cluster-follower 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$fport"
+  emit_wrk cluster3_follower_c50 "$sys"
+  acked=$((acked + $(status_count 200)))
+  [ -z "$base" ] || emit cluster3_follower_c50 "$sys" ratio_to_single "$(ratio "$(kv rps)" "$base")" x
+
+  out=$(py cluster-settle 30 "${http[1]}" "${http[2]}" "${http[3]}") \
+    || die "nodes did not apply the whole log within 30s: ${out#* }"
+  read -r settle index lid1 term1 <<<"$out"
+  emit cluster3_store "$sys" settle_s "$settle" s
+  emit cluster3_store "$sys" applied_index "$index" count
+  # Elections during the runs (the leader runs were against node $lid).
+  emit cluster3_store "$sys" elections_during_runs "$((term1 - term0))" count
+  [ "$term1" = "$term0" ] \
+    || log "  WARNING: term $term0 -> $term1 during the runs (leader node $lid -> $lid1)"
+  # Stop all three at once, then count each node's records from its file.
+  t0=$EPOCHREALTIME
+  for i in 1 2 3; do kill -TERM "${pids[i]}" 2>/dev/null || true; done
+  for i in 1 2 3; do stop_pid "${pids[i]}" "$STOP_TIMEOUT" TERM; done
+  emit cluster3_store "$sys" stop_s "$(elapsed_since "$t0")" s
+  log "  nodes stopped in $(elapsed_since "$t0")s"
+  out=$(py sqlite-count records "$dir"/node{1,2,3}/oncegate.db) \
+    || die "cannot count the records in the nodes' SQLite files"
+  mapfile -t counts <<<"$out"
+  counts=("" "${counts[@]}")  # counts[N]: node N
+  [ "${#counts[@]}" = 4 ] || die "sqlite-count: $(tr '\n' ' ' <<<"$out")"
+  for i in 1 2 3; do
+    [[ "${counts[i]}" =~ ^[0-9]+$ ]] || die "record count of node $i: ${counts[i]}"
+    emit cluster3_store "$sys" "records_node$i" "${counts[i]}" count
+  done
+  emit cluster3_store "$sys" acknowledged "$acked" count
+  log "  records per node: ${counts[1]} ${counts[2]} ${counts[3]} (acknowledged with 200: $acked)"
+  if [ "${counts[1]}" = "${counts[2]}" ] && [ "${counts[2]}" = "${counts[3]}" ]; then
+    emit cluster3_store "$sys" records_equal 1 bool
+  else
+    emit cluster3_store "$sys" records_equal 0 bool
+    die "nodes differ in their record counts: ${counts[1]} ${counts[2]} ${counts[3]}"
+  fi
+  [ "${counts[1]}" -ge "$acked" ] \
+    || die "${counts[1]} records, fewer than the $acked acknowledged"
+}
+
 # ---------------------------------------------------------------- report
 machine_info() {
   local m=$STAGE/machine.txt
@@ -652,8 +751,6 @@ for g in $SCENARIOS; do
   declare -F "sc_$g" >/dev/null || { echo "unknown scenario group $g" >>"$FAILURES"; continue; }
   run_group "$g"
 done
-# 9: the cluster does not exist yet.
-emit cluster_3node oncegate throughput_ratio NA "not yet: cluster issue"
 
 TOTAL=$(elapsed_since "$START_EPOCH")
 python3 "$LIB/report.py" --csv "$CSV" --machine "$STAGE/machine.txt" \

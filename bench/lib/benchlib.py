@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Small helpers for bench/run.sh (python3 stdlib only).
 
-  benchlib.py freeport
-      a free TCP port on 127.0.0.1 (bound once, then released)
+  benchlib.py freeport [N]
+      N (default 1) distinct free TCP ports on 127.0.0.1, one a line (all
+      bound at once, then released)
   benchlib.py metric PORT NAME
       value of one series of oncegate's /metrics (NAME as printed, labels
       included, e.g. 'oncegate_decisions_total{route="default",outcome="new"}')
@@ -14,12 +15,24 @@
       stdout, sends SIGTERM, waits; prints "<ready seconds> <stop seconds>"
   benchlib.py redis-csv FILE
       parses redis-benchmark --csv output: "rps p50_ms p95_ms p99_ms max_ms"
+  benchlib.py cluster-wait TIMEOUT_S PORT...
+      polls the cluster nodes on these HTTP ports until every /readyz is 200,
+      exactly one node is the ready leader and every node names it; prints
+      "<seconds waited> <leader's port> <leader's id> <term>"; exit 1 on
+      timeout (the last state on stdout)
+  benchlib.py cluster-settle TIMEOUT_S PORT...
+      polls GET /v1/cluster until every node has applied the leader's last
+      log index (nothing in flight); prints "<seconds waited> <index>
+      <leader's id> <term>"
+  benchlib.py sqlite-count TABLE DB...
+      SELECT count(*) FROM TABLE of each SQLite file, one a line
 
 Every wait is bounded; every process started here is reaped here.
 """
 
 import csv
 import http.client
+import json
 import signal
 import subprocess
 import sys
@@ -27,13 +40,18 @@ import threading
 import time
 
 
-def freeport():
+def freeport(n=1):
     import socket
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    print(port)
+    socks = []
+    try:
+        for _ in range(int(n)):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+            print(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
 
 
 def scrape(port, timeout=5.0):
@@ -117,6 +135,82 @@ def ready_time(timeout, argv):
     return 0
 
 
+def http_get(port, path, timeout=2.0):
+    conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=timeout)
+    try:
+        conn.request("GET", path)
+        res = conn.getresponse()
+        return res.status, res.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def cluster_state(port):
+    """(readyz status, /v1/cluster dict) of one node; (None, {}) if down."""
+    try:
+        ready, _ = http_get(port, "/readyz")
+        status, text = http_get(port, "/v1/cluster")
+        return ready, (json.loads(text) if status == 200 else {})
+    except (OSError, ValueError, http.client.HTTPException):
+        return None, {}
+
+
+def cluster_wait(timeout, ports):
+    deadline = time.monotonic() + float(timeout)
+    start = time.monotonic()
+    while True:
+        states = [(p,) + cluster_state(p) for p in ports]
+        leaders = [(p, c) for p, _, c in states
+                   if c.get("role") == "leader" and c.get("leader_ready")]
+        if (len(leaders) == 1
+                and all(r == 200 for _, r, _ in states)
+                and all(c.get("leader_id") == leaders[0][1].get("id")
+                        for _, _, c in states)):
+            p, c = leaders[0]
+            print("%.3f %s %s %s" % (time.monotonic() - start, p, c["id"],
+                                     c.get("term", 0)))
+            return 0
+        if time.monotonic() >= deadline:
+            print("%.3f %s" % (time.monotonic() - start, " ".join(
+                "%s:readyz=%s,role=%s,leader=%s" % (
+                    p, r, c.get("role"), c.get("leader_id"))
+                for p, r, c in states)))
+            return 1
+        time.sleep(0.1)
+
+
+def cluster_settle(timeout, ports):
+    deadline = time.monotonic() + float(timeout)
+    start = time.monotonic()
+    while True:
+        nodes = [cluster_state(p)[1] for p in ports]
+        leaders = [c for c in nodes if c.get("role") == "leader"]
+        if len(leaders) == 1 and all(nodes):
+            last = leaders[0].get("last_index")
+            if all(c.get("applied_index") == last for c in nodes):
+                print("%.3f %s %s %s" % (time.monotonic() - start, last,
+                                         leaders[0].get("id"),
+                                         leaders[0].get("term")))
+                return 0
+        if time.monotonic() >= deadline:
+            print("%.3f %s" % (time.monotonic() - start, " ".join(
+                "%s:%s/%s" % (p, c.get("applied_index"), c.get("last_index"))
+                for p, c in zip(ports, nodes))))
+            return 1
+        time.sleep(0.1)
+
+
+def sqlite_count(table, dbs):
+    import sqlite3
+    for db in dbs:
+        conn = sqlite3.connect("file:%s?mode=rw" % db, uri=True, timeout=10)
+        try:
+            print(conn.execute('SELECT count(*) FROM "%s"' % table)
+                  .fetchone()[0])
+        finally:
+            conn.close()
+
+
 def redis_csv(path):
     with open(path, newline="") as f:
         rows = [r for r in csv.reader(f) if r]
@@ -142,7 +236,7 @@ def main(argv):
         return 2
     cmd, args = argv[1], argv[2:]
     if cmd == "freeport":
-        freeport()
+        freeport(*args)
         return 0
     if cmd == "metric":
         metric(*args)
@@ -153,6 +247,13 @@ def main(argv):
         return ready_time(args[0], args[1:])
     if cmd == "redis-csv":
         return redis_csv(args[0])
+    if cmd == "cluster-wait":
+        return cluster_wait(args[0], args[1:])
+    if cmd == "cluster-settle":
+        return cluster_settle(args[0], args[1:])
+    if cmd == "sqlite-count":
+        sqlite_count(args[0], args[1:])
+        return 0
     sys.stderr.write("unknown command %s\n" % cmd)
     return 2
 

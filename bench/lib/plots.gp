@@ -30,6 +30,8 @@ if (strstrt(plots, "latency") > 0) {
   set terminal pngcairo size 1300,620 font "sans,10" noenhanced
   set bmargin 7
   set output dir."/latency.png"
+  # above the plot: the tallest bars (the cluster's) are at the right
+  set key outside top center horizontal
   set title "Latency percentiles per scenario (log scale)"
   set ylabel "milliseconds"
   set logscale y
