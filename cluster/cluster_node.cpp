@@ -283,17 +283,9 @@ caf::behavior front_impl(front_pointer self, node local,
       if (!self->state.ready())
         return not_leader();
       auto rp = self->make_response_promise();
-      auto raft = self->state.raft;
-      auto done = change_cb(rp, false);
       // Joins as a spare (no vote), is caught up by the leader while being
       // promoted, then votes.
-      raft->add(id, address, [raft, id, done](int status) mutable {
-        if (status != 0) {
-          done(status);
-          return;
-        }
-        raft->assign(id, RAFT_VOTER, done);
-      });
+      self->state.raft->add_voter(id, address, change_cb(rp, false));
       return rp;
     },
     [self](remove_atom, uint64_t id) -> caf::result<int32_t> {

@@ -457,6 +457,26 @@ void raft_node::add(uint64_t id, std::string address,
     (*shared)(RAFT_SHUTDOWN);
 }
 
+void raft_node::add_voter(uint64_t id, std::string address,
+                          std::function<void(int)> done) {
+  auto self = impl_.get();
+  auto shared = std::make_shared<std::function<void(int)>>(std::move(done));
+  if (!self->post(
+        [self, id, address, shared] {
+          std::function<void(int)> then = [self, id, shared](int status) {
+            if (status != 0) {
+              (*shared)(status);
+              return;
+            }
+            std::function<void(int)> last = *shared;
+            self->do_change(1, id, {}, RAFT_VOTER, last);
+          };
+          self->do_change(0, id, address, 0, then);
+        },
+        false))
+    (*shared)(RAFT_SHUTDOWN);
+}
+
 void raft_node::assign(uint64_t id, int role, std::function<void(int)> done) {
   auto self = impl_.get();
   auto shared = std::make_shared<std::function<void(int)>>(std::move(done));

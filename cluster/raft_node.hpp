@@ -143,6 +143,10 @@ public:
   /// Membership changes and leadership transfer; `done` gets libraft's
   /// status (0 on success) and runs on the Raft thread.
   void add(uint64_t id, std::string address, std::function<void(int)> done);
+  /// Adds `id` as a spare, then promotes it to voter (libraft catches it up
+  /// before it votes); `done` gets the first failure or 0.
+  void add_voter(uint64_t id, std::string address,
+                 std::function<void(int)> done);
   void assign(uint64_t id, int role, std::function<void(int)> done);
   void remove(uint64_t id, std::function<void(int)> done);
   /// Transfers leadership to `id` (0: any voter); `done` gets the new

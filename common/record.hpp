@@ -168,12 +168,15 @@ struct record_update {
   uint16_t status = 0;
   std::string headers;
   std::string response;
+  /// The request attempt meant (`record::request_id`); 0 = any. A gateway
+  /// that gave up on a claim of unknown outcome releases only its own.
+  uint64_t request_id = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, record_update& x) {
   return f(caf::meta::type_name("record_update"), x.route, x.key, x.op,
-           x.first_seen_ms, x.status, x.headers, x.response);
+           x.first_seen_ms, x.status, x.headers, x.response, x.request_id);
 }
 
 /// Whether an update applied, and the record as it is afterwards.

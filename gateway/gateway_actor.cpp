@@ -1,5 +1,6 @@
 #include "gateway/gateway_actor.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <utility>
@@ -224,8 +225,24 @@ public:
       auto& shard = node_.shard_for(req.route, req.key);
       if (cluster_) {
         auto hdl = caf::actor_cast<caf::actor>(shard);
+        // Giving up does not undo a claim that may still commit (its
+        // leader lost leadership with the entry in flight): release it,
+        // should it have committed, so that the sender's retry executes.
+        record_update undo;
+        undo.route = req.route;
+        undo.key = req.key;
+        undo.op = transition::release;
+        undo.request_id = req.request_id;
+        auto undo_for = std::chrono::milliseconds(
+          std::clamp<int64_t>(req.ttl_ms, 1000, 86'400'000));
+        auto on_reply = [this, done = std::move(done), hdl, undo,
+                         undo_for](reply<claim_result> rep) mutable {
+          if (!rep.ok) // cheap when nothing committed: one log entry
+            release_abandoned(hdl, std::move(undo), undo_for);
+          done(std::move(rep));
+        };
         forward<claim_result>(self, cluster_, [hdl] { return hdl; },
-                              deadline(), std::move(done),
+                              deadline(), std::move(on_reply),
                               std::make_tuple(claim_atom::value,
                                               std::move(req)));
         return;
@@ -409,6 +426,31 @@ public:
   }
 
 private:
+  // Releases the record of an abandoned claim attempt if it committed
+  // (`request_id` must match), retrying until a ready leader applied it or
+  // `keep_trying` passed. Once a new leader's barrier committed, a claim
+  // entry it does not have can never commit, so a release it applies
+  // settles the question for good.
+  void release_abandoned(caf::actor shard, record_update undo,
+                         caf::timespan keep_trying) {
+    post([this, shard, undo = std::move(undo),
+          keep_trying](caf::event_based_actor* self) mutable {
+      auto key = undo.key;
+      auto done = [key](reply<update_result> rep) {
+        if (rep.ok && rep.value.applied)
+          log::gateway()->warn("claim.abandoned_released key={}", key);
+        else if (!rep.ok)
+          log::gateway()->error("claim.abandoned_unresolved key={} error={}",
+                                key, rep.detail);
+      };
+      forward<update_result>(self, cluster_, [shard] { return shard; },
+                             std::chrono::steady_clock::now() + keep_trying,
+                             std::move(done),
+                             std::make_tuple(update_atom::value,
+                                             std::move(undo)));
+    });
+  }
+
   std::chrono::steady_clock::time_point deadline() const {
     return std::chrono::steady_clock::now() + opts_.leader_wait;
   }

@@ -72,6 +72,9 @@ node_config::node_config() {
     .add(cluster_id, "id", "this node's id in cluster.peers (0: single node)")
     .add(cluster_peers, "peers",
          "every node as \"ID=RAFT_HOST:PORT,CAF_HOST:PORT\" (itself too)")
+    .add(cluster_initial, "initial",
+         "ids of the voters that bootstrap a new cluster (default: every "
+         "peer); peers not listed can be added later")
     .add(cluster_join, "join",
          "join an existing cluster (added by an operator) instead of "
          "bootstrapping it")
@@ -239,6 +242,15 @@ node_config::cluster_opts(std::string& error) const {
     return std::nullopt;
   }
   res.join = cluster_join;
+  for (auto id : cluster_initial) {
+    if (std::none_of(res.peers.begin(), res.peers.end(),
+                     [&](const cluster::peer& p) { return p.id == id; })) {
+      error = "cluster.initial: id " + std::to_string(id)
+              + " is not among cluster.peers";
+      return std::nullopt;
+    }
+    res.initial.push_back(id);
+  }
   res.raft.election_timeout_ms = static_cast<uint32_t>(
     to_ms(election_timeout).count());
   res.raft.heartbeat_timeout_ms = static_cast<uint32_t>(

@@ -89,6 +89,7 @@ public:
   size_t cluster_id = 0;
   std::vector<std::string> cluster_peers;
   bool cluster_join = false;
+  std::vector<size_t> cluster_initial;
   caf::timespan election_timeout = std::chrono::milliseconds(500);
   caf::timespan heartbeat_timeout = std::chrono::milliseconds(50);
   size_t snapshot_threshold = 100'000;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
@@ -149,6 +150,17 @@ int run_node(int argc, char** argv, const run_options& ro) {
   if (clustered)
     clustered->shutdown();
   log::gateway()->info("node.stopped");
+  // What remains is the actor system's teardown. Everything acknowledged is
+  // durable by now; should the teardown hang (it did once, right after an
+  // election, and could not be reproduced), exit anyway.
+  std::thread{[exit_code, grace = cfg.shutdown_grace] {
+    std::this_thread::sleep_for(grace);
+    log::gateway()->critical("node.exit_forced after={}ms",
+                             std::chrono::duration_cast<
+                               std::chrono::milliseconds>(grace)
+                               .count());
+    std::_Exit(exit_code);
+  }}.detach();
   return exit_code;
 }
 

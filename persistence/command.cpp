@@ -9,10 +9,10 @@ namespace oncegate::persistence {
 
 namespace {
 
-// "OGC2": claims carry owner and request id, and doubts exist. "OGC1"
-// entries were never written to a Raft log (no build ran a cluster), so
-// they are refused like any other unknown format.
-constexpr uint32_t batch_magic = 0x3243474F;
+// "OGC3": claims carry owner and request id, updates a request id, and
+// doubts exist. "OGC1" and "OGC2" entries were never written to a Raft log
+// of a released build, so they are refused like any other unknown format.
+constexpr uint32_t batch_magic = 0x3343474F;
 
 class writer {
 public:
@@ -168,6 +168,7 @@ std::string encode_batch(const std::vector<command>& batch) {
         w.u16(u.status);
         w.str(u.headers);
         w.str(u.response);
+        w.u64(u.request_id);
         break;
       }
       case command::kind::purge:
@@ -222,7 +223,7 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
         ok = r.str(u.route) && r.str(u.key) && r.u8(op)
              && op <= static_cast<uint8_t>(transition::in_doubt)
              && r.i64(u.first_seen_ms) && r.u16(u.status) && r.str(u.headers)
-             && r.str(u.response);
+             && r.str(u.response) && r.u64(u.request_id);
         u.op = static_cast<transition>(op);
         break;
       }

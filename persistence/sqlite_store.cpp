@@ -107,14 +107,15 @@ const char* const statements[stmt_count_ids] = {
   // stmt_complete: from in_flight (0) or in_doubt (2) to completed (1).
   "UPDATE records SET state = 1, status = ?3, response = ?4, headers = ?6"
   "  WHERE route = ?1 AND key = ?2 AND state IN (0, 2)"
-  "    AND (?5 = 0 OR first_seen_ms = ?5)",
+  "    AND (?5 = 0 OR first_seen_ms = ?5) AND (?7 = 0 OR request_id = ?7)",
   // stmt_mark_in_doubt: from in_flight (0) to in_doubt (2).
   "UPDATE records SET state = 2"
   "  WHERE route = ?1 AND key = ?2 AND state = 0"
-  "    AND (?3 = 0 OR first_seen_ms = ?3)",
+  "    AND (?3 = 0 OR first_seen_ms = ?3) AND (?4 = 0 OR request_id = ?4)",
   // stmt_release
   "DELETE FROM records"
-  "  WHERE route = ?1 AND key = ?2 AND (?3 = 0 OR first_seen_ms = ?3)",
+  "  WHERE route = ?1 AND key = ?2 AND (?3 = 0 OR first_seen_ms = ?3)"
+  "    AND (?4 = 0 OR request_id = ?4)",
   // stmt_list_state: through the unsettled index (state != 1; only for
   // the unsettled states it lists).
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
@@ -612,8 +613,10 @@ caf::expected<update_result> sqlite_store::update(const record_update& upd) {
       bind_blob(st, 4, upd.response);
       sqlite3_bind_int64(st, 5, upd.first_seen_ms);
       bind_blob(st, 6, upd.headers);
+      sqlite3_bind_int64(st, 7, static_cast<int64_t>(upd.request_id));
     } else {
       sqlite3_bind_int64(st, 3, upd.first_seen_ms);
+      sqlite3_bind_int64(st, 4, static_cast<int64_t>(upd.request_id));
     }
     if (sqlite3_step(st) != SQLITE_DONE)
       return sqlite_error(impl_->db, statements[id]);

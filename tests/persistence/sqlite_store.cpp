@@ -486,6 +486,31 @@ CAF_TEST(only the same owner request id and payload count as asking again) {
   CAF_CHECK_EQUAL(late.rec.first_seen_ms, 61000);
 }
 
+CAF_TEST(an update naming a request attempt changes only its record) {
+  auto db = open();
+  claim(*db, attempt("k1", 1000, 2, 77));
+  auto release_of = [&](uint64_t request_id) {
+    record_update upd;
+    upd.route = "default";
+    upd.key = "k1";
+    upd.op = transition::release;
+    upd.request_id = request_id;
+    CAF_REQUIRE(!db->begin());
+    auto res = db->update(upd);
+    CAF_REQUIRE(!db->commit());
+    CAF_REQUIRE(res);
+    return *res;
+  };
+  // Another attempt gave up on its claim: it must not release this one.
+  auto other = release_of(78);
+  CAF_CHECK(!other.applied);
+  CAF_CHECK(other.current.found);
+  // The attempt that owns the record releases it.
+  auto own = release_of(77);
+  CAF_CHECK(own.applied);
+  CAF_CHECK(!own.current.found);
+}
+
 CAF_TEST(doubt turns in flight records of one owner before a time in doubt) {
   auto db = open();
   claim(*db, attempt("a", 1000, 1, 1));
