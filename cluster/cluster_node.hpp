@@ -48,7 +48,7 @@ struct cluster_options {
   raft_node_options raft;
   replicated_store_options store;
   /// Bound on each request to another node's front actor.
-  caf::timespan remote_timeout = std::chrono::seconds(2);
+  caf::timespan remote_timeout = std::chrono::seconds(1);
 };
 
 /// Cached handles of the other nodes' front actors (thread-safe). Connects

@@ -94,7 +94,7 @@ public:
   caf::timespan heartbeat_timeout = std::chrono::milliseconds(50);
   size_t snapshot_threshold = 100'000;
   size_t snapshot_trailing = 8192;
-  caf::timespan remote_timeout = std::chrono::seconds(2);
+  caf::timespan remote_timeout = std::chrono::seconds(1);
   caf::timespan leader_wait = std::chrono::seconds(3);
   size_t max_outstanding = 4;
 

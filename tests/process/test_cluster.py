@@ -201,7 +201,7 @@ peers=[
 join={join}
 election-timeout=500ms
 heartbeat-timeout=50ms
-remote-timeout=2s
+remote-timeout=1s
 leader-wait=3s
 """.format(route=ROUTE, url=self.upstream_url, id=node_id, peers=peers,
            join="true" if join else "false")
