@@ -1,5 +1,7 @@
 #include "cluster/raft_fsm.hpp"
 
+#include <cstring>
+
 // libraft 0.15's headers lack extern "C" guards.
 extern "C" {
 #include <raft.h>
@@ -10,14 +12,18 @@ extern "C" {
 
 namespace oncegate::cluster {
 
-raft_fsm_adapter::raft_fsm_adapter(persistence::sqlite_store& db)
+raft_fsm_adapter::raft_fsm_adapter(persistence::sqlite_store& db,
+                                   bool async_snapshots)
   : db_(db), fsm_(std::make_unique<raft_fsm>()) {
   *fsm_ = raft_fsm{};
-  fsm_->version = 1;
+  fsm_->version = async_snapshots ? 3 : 2;
   fsm_->data = this;
   fsm_->apply = &raft_fsm_adapter::apply;
   fsm_->snapshot = &raft_fsm_adapter::snapshot;
   fsm_->restore = &raft_fsm_adapter::restore;
+  fsm_->snapshot_finalize = &raft_fsm_adapter::snapshot_finalize;
+  if (async_snapshots)
+    fsm_->snapshot_async = &raft_fsm_adapter::snapshot_async;
 }
 
 raft_fsm_adapter::~raft_fsm_adapter() {
@@ -30,6 +36,14 @@ raft_fsm* raft_fsm_adapter::fsm() {
 
 void raft_fsm_adapter::attach(::raft* r) {
   raft_ = r;
+}
+
+void raft_fsm_adapter::on_applied(applied_hook fn) {
+  on_applied_ = std::move(fn);
+}
+
+void raft_fsm_adapter::on_restored(std::function<void()> fn) {
+  on_restored_ = std::move(fn);
 }
 
 int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
@@ -53,19 +67,119 @@ int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
                              describe(res.error()));
     return RAFT_IOERR;
   }
-  *result = new std::vector<persistence::command_result>(std::move(*res));
+  if (self->on_applied_ && !res->empty())
+    self->on_applied_(*batch, *res);
+  self->results_ = std::move(*res);
+  *result = &self->results_;
   return 0;
 }
 
-int raft_fsm_adapter::snapshot(::raft_fsm*, ::raft_buffer*[], unsigned*) {
-  // Not yet: snapshots (the SQLite file via the backup API) come with the
-  // cluster node; until then the log is kept whole (threshold set high).
-  return RAFT_NOTFOUND;
+// libraft takes a snapshot at `raft_last_applied`, which the writer has
+// committed: a read transaction begun now sees exactly that state. Failures
+// answer RAFT_BUSY, which libraft retries after the next entry; any other
+// error would stop the node.
+int raft_fsm_adapter::snapshot(::raft_fsm* fsm, ::raft_buffer* bufs[],
+                               unsigned* n) {
+  auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  *bufs = nullptr;
+  *n = 0;
+  auto index = raft_last_applied(self->raft_);
+  if (!self->snapshot_db_) {
+    auto db = persistence::sqlite_store::open_reader(self->db_.options());
+    if (!db) {
+      log::cluster()->error("fsm.snapshot_failed index={} error={}", index,
+                            describe(db.error()));
+      return RAFT_BUSY;
+    }
+    self->snapshot_db_ = std::move(*db);
+  }
+  auto applied = self->snapshot_db_->begin_read();
+  if (!applied) {
+    log::cluster()->error("fsm.snapshot_failed index={} error={}", index,
+                          describe(applied.error()));
+    return RAFT_BUSY;
+  }
+  self->pinned_ = true;
+  // The database numbers command entries only: barriers and configuration
+  // changes after the last command leave it behind libraft's index.
+  log::cluster()->debug("fsm.snapshot index={} applied_index={}", index,
+                        *applied);
+  if (self->fsm_->snapshot_async != nullptr)
+    return 0; // copied by snapshot_async
+  return self->copy_pinned(bufs, n) ? 0 : RAFT_BUSY;
 }
 
-int raft_fsm_adapter::restore(::raft_fsm*, ::raft_buffer* buf) {
+int raft_fsm_adapter::snapshot_async(::raft_fsm* fsm, ::raft_buffer* bufs[],
+                                     unsigned* n) {
+  auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  return self->copy_pinned(bufs, n) ? 0 : RAFT_IOERR;
+}
+
+bool raft_fsm_adapter::copy_pinned(::raft_buffer* bufs[], unsigned* n) {
+  auto image = snapshot_db_->snapshot_image();
+  snapshot_db_->rollback();
+  pinned_ = false;
+  if (!image) {
+    log::cluster()->error("fsm.snapshot_failed error={}",
+                          describe(image.error()));
+    return false;
+  }
+  auto array = static_cast<::raft_buffer*>(raft_malloc(sizeof(::raft_buffer)));
+  auto base = raft_malloc(image->size());
+  if (array == nullptr || base == nullptr) {
+    raft_free(array);
+    raft_free(base);
+    log::cluster()->error("fsm.snapshot_failed error=out_of_memory bytes={}",
+                          image->size());
+    return false;
+  }
+  std::memcpy(base, image->data(), image->size());
+  array[0].base = base;
+  array[0].len = image->size();
+  *bufs = array;
+  *n = 1;
+  return true;
+}
+
+// Runs after every snapshot that `snapshot` began, on the loop thread: the
+// buffers are ours to free (version 2 and later).
+int raft_fsm_adapter::snapshot_finalize(::raft_fsm* fsm, ::raft_buffer* bufs[],
+                                        unsigned* n) {
+  auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  if (self->pinned_) { // libraft gave up before the copy ran
+    self->snapshot_db_->rollback();
+    self->pinned_ = false;
+  }
+  if (*bufs != nullptr) {
+    ++self->snapshots_;
+    log::cluster()->debug("fsm.snapshot_done bytes={}", (*bufs)[0].len);
+    for (unsigned i = 0; i < *n; ++i)
+      raft_free((*bufs)[i].base);
+    raft_free(*bufs);
+  }
+  *bufs = nullptr;
+  *n = 0;
+  return 0;
+}
+
+// On success the buffer is ours to free; on failure libraft frees it.
+int raft_fsm_adapter::restore(::raft_fsm* fsm, ::raft_buffer* buf) {
+  auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  std::string_view image{static_cast<const char*>(buf->base), buf->len};
+  if (auto err = self->db_.restore_image(image)) {
+    ++self->failures_;
+    log::cluster()->critical("fsm.restore_failed bytes={} error={}",
+                             buf->len, describe(err));
+    return RAFT_IOERR;
+  }
   raft_free(buf->base);
-  return RAFT_NOTFOUND;
+  ++self->restores_;
+  auto applied = self->db_.applied_index();
+  log::cluster()->info("fsm.restored bytes={} applied_index={}", image.size(),
+                       applied ? *applied : 0);
+  if (self->on_restored_)
+    self->on_restored_();
+  return 0;
 }
 
 } // namespace oncegate::cluster

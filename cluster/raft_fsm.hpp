@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,40 +20,106 @@ namespace oncegate::cluster {
 /// (`persistence::encode_batch`), applied with `persistence::apply_batch` in
 /// one transaction together with its index, so a restart replays only what
 /// the file has not seen. The results reach the proposer through libraft's
-/// apply callback (`raft_apply_cb`'s `result`: a heap-allocated
-/// `std::vector<command_result>` the callback takes ownership of; null when
-/// the entry failed to apply).
+/// apply callback, which libraft calls right after `apply` (on the leader
+/// that proposed the entry only): its `result` points to the entry's
+/// `std::vector<command_result>`, owned by the adapter and valid until the
+/// callback returns, so move them out (empty when the entry was skipped as
+/// applied before a restart; null when it failed to apply). Entries without
+/// a waiting proposer (every follower's) therefore leak nothing.
 ///
-/// All calls happen on the raft loop thread.
+/// A snapshot is the whole database (`sqlite_store::snapshot_image`). The
+/// synchronous `snapshot` step pins the state at the snapshot's index with a
+/// read transaction on a connection of its own (opened at the first
+/// snapshot); the image is then copied from it, and the writer keeps
+/// applying entries meanwhile. Restoring a snapshot replaces the whole
+/// database through the writer (`sqlite_store::restore_image`).
+///
+/// What the node must do:
+/// - `attach` the raft instance right after `raft_init`, before `raft_start`
+///   (which may restore a snapshot and replay entries);
+/// - with `async_snapshots` (FSM version 3), libraft wants an io of version
+///   2 with `async_work`. raft_uv 0.15 implements it but reports version 1,
+///   so set `io.version = 2` after `raft_uv_init` and before `raft_init`,
+///   which otherwise refuses the FSM;
+/// - keep the adapter and the store alive until `raft_close` completed.
+///
+/// Threads: `apply`, `snapshot`, `snapshot_finalize`, `restore` and the
+/// hooks run on the raft loop thread; the copy of `snapshot_async` runs in
+/// libuv's thread pool and touches only the snapshot connection.
 class raft_fsm_adapter {
 public:
-  explicit raft_fsm_adapter(persistence::sqlite_store& db);
+  /// Called after each entry this node applied, with its commands and their
+  /// results (not for entries skipped as applied before a restart).
+  using applied_hook
+    = std::function<void(const std::vector<persistence::command>&,
+                         const std::vector<persistence::command_result>&)>;
+
+  /// `async_snapshots` selects FSM version 3 (the image is copied in
+  /// libuv's thread pool) over version 2 (copied on the loop thread, which
+  /// stalls applies for the duration).
+  raft_fsm_adapter(persistence::sqlite_store& db, bool async_snapshots);
   ~raft_fsm_adapter();
 
   raft_fsm_adapter(const raft_fsm_adapter&) = delete;
   raft_fsm_adapter& operator=(const raft_fsm_adapter&) = delete;
 
-  /// The libraft FSM (version 1: apply, snapshot, restore).
+  /// The libraft FSM (version 3 or 2, see the constructor).
   raft_fsm* fsm();
 
   /// Points the adapter at the raft instance whose `raft_last_applied`
   /// numbers the entries (set once, after `raft_init`).
   void attach(::raft* r);
 
-  /// Entries that failed to apply (decode or SQLite errors).
+  /// Sets the hook run on every node after each applied entry (e.g. to drop
+  /// cached decisions of the records it changed).
+  void on_applied(applied_hook fn);
+
+  /// Sets the hook run after a snapshot replaced the whole database.
+  void on_restored(std::function<void()> fn);
+
+  /// Entries that failed to apply (decode or SQLite errors) and snapshots
+  /// that failed to restore.
   uint64_t failures() const {
     return failures_;
+  }
+
+  /// Snapshot images taken (handed to libraft).
+  uint64_t snapshots() const {
+    return snapshots_;
+  }
+
+  /// Snapshots restored (installed from the leader or loaded at start).
+  uint64_t restores() const {
+    return restores_;
   }
 
 private:
   static int apply(::raft_fsm* fsm, const ::raft_buffer* buf, void** result);
   static int snapshot(::raft_fsm* fsm, ::raft_buffer* bufs[], unsigned* n);
+  static int snapshot_async(::raft_fsm* fsm, ::raft_buffer* bufs[],
+                            unsigned* n);
+  static int snapshot_finalize(::raft_fsm* fsm, ::raft_buffer* bufs[],
+                               unsigned* n);
   static int restore(::raft_fsm* fsm, ::raft_buffer* buf);
+
+  // Copies the pinned state into one buffer from `raft_malloc` and ends the
+  // read transaction; returns whether it succeeded.
+  bool copy_pinned(::raft_buffer* bufs[], unsigned* n);
 
   persistence::sqlite_store& db_;
   ::raft* raft_ = nullptr;
   std::unique_ptr<raft_fsm> fsm_;
+  /// The connection snapshots read from, and whether it holds a read
+  /// transaction for a snapshot in progress.
+  std::unique_ptr<persistence::sqlite_store> snapshot_db_;
+  bool pinned_ = false;
+  /// The results of the entry applied last, which `apply` hands to libraft.
+  std::vector<persistence::command_result> results_;
+  applied_hook on_applied_;
+  std::function<void()> on_restored_;
   uint64_t failures_ = 0;
+  uint64_t snapshots_ = 0;
+  uint64_t restores_ = 0;
 };
 
 } // namespace oncegate::cluster
