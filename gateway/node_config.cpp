@@ -97,7 +97,32 @@ node_config::node_config() {
          "longest sleep of the expiry alarm");
 }
 
+std::string node_config::unknown_option() const {
+  for (auto& [name, value] : content) {
+    auto group = caf::get_if<caf::settings>(&value);
+    if (group == nullptr) {
+      if (!custom_options_.qualified_name_lookup("global", name))
+        return name;
+      continue;
+    }
+    // Routes are sections of their own (`[route.NAME]`), checked by
+    // `make_routes`.
+    if (name == "route")
+      continue;
+    for (auto& [key, inner] : *group) {
+      auto qualified = name + "." + key;
+      if (caf::holds_alternative<caf::settings>(inner)
+          || !custom_options_.qualified_name_lookup(name, key))
+        return qualified;
+    }
+  }
+  return {};
+}
+
 std::string node_config::validate() const {
+  if (auto name = unknown_option(); !name.empty())
+    return "unknown option " + name
+           + " (oncegate --long-help lists every option)";
   if (data_dir.empty())
     return "data-dir must not be empty";
   if (http_threads < 1 || http_threads > 64)

@@ -26,6 +26,15 @@ public:
   /// Returns an error message naming the option, or an empty string.
   std::string validate() const;
 
+  /// The first key of the config file that names no option (e.g. a typo,
+  /// `[keys] ttll=1h`), as `group.key`; empty when there is none.
+  std::string unknown_option() const;
+
+  /// Every option this node accepts (CAF's own included).
+  const caf::config_option_set& options() const {
+    return custom_options_;
+  }
+
   node_options node_opts() const;
   http_server_options http_opts() const;
   gateway_actor_options gateway_opts() const;

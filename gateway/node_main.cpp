@@ -1,11 +1,15 @@
 #include "gateway/node_main.hpp"
 
 #include <csignal>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 #include <thread>
 
 #include <caf/actor_system.hpp>
@@ -45,14 +49,91 @@ struct release_sink {
   }
 };
 
+// CAF reports a bad value in the config file by line and column only:
+// quote that line, which names the option.
+std::string config_file_context(const node_config& cfg,
+                                 const std::string& rendered) {
+  auto pos = rendered.find("\"line\" = ");
+  if (pos == std::string::npos || cfg.config_file_path.empty())
+    return {};
+  auto line_no = std::atoi(rendered.c_str() + pos + 9);
+  std::ifstream in{cfg.config_file_path};
+  std::string line;
+  for (int i = 1; i <= line_no && std::getline(in, line); ++i)
+    if (i == line_no)
+      return " in " + cfg.config_file_path + " line "
+             + std::to_string(line_no) + ": `" + line + "`";
+  return {};
+}
+
+// `--check-config FILE` (or `--check-config=FILE`): the same as
+// `--config-file=FILE` plus the check mode. Other arguments are kept.
+std::vector<std::string> expand_check_config(int argc, char** argv,
+                                             bool& check) {
+  std::vector<std::string> args{argv, argv + argc};
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--check-config" && i + 1 < args.size()
+        && args[i + 1].rfind("--", 0) != 0) {
+      check = true;
+      args[i] = "--config-file=" + args[i + 1];
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    } else if (args[i].rfind("--check-config=", 0) == 0) {
+      check = true;
+      args[i] = "--config-file=" + args[i].substr(15);
+    }
+  }
+  return args;
+}
+
+// The printed form of `value`; a secret (`admin.token`, a route's
+// `secret`) is masked unless it is empty.
+std::string printable(const std::string& name, const caf::config_value& value) {
+  auto last = name.substr(name.rfind('.') + 1);
+  auto text = caf::to_string(value);
+  if ((last == "token" || last == "secret") && text != "\"\"")
+    return "***";
+  return text;
+}
+
+// Prints every option with its effective value (default or set) as
+// `group.key=value`, secrets masked; then what else the file set (routes).
+void print_effective(const node_config& cfg) {
+  for (auto& opt : cfg.options()) {
+    auto value = opt.get();
+    if (!value)
+      continue;
+    auto text = [](caf::string_view x) {
+      return std::string{x.data(), x.size()};
+    };
+    auto name = text(opt.category()) == "global"
+                  ? text(opt.long_name())
+                  : text(opt.category()) + "." + text(opt.long_name());
+    std::cout << name << '=' << printable(name, *value) << '\n';
+  }
+  if (auto routes = caf::get_if<caf::settings>(&cfg.content, "route"))
+    for (auto& [route, section] : *routes)
+      if (auto xs = caf::get_if<caf::settings>(&section))
+        for (auto& [key, value] : *xs) {
+          auto name = "route." + route + "." + key;
+          std::cout << name << '=' << printable(name, value) << '\n';
+        }
+}
+
 } // namespace
 
 int run_node(int argc, char** argv, const run_options& ro) {
   // A peer that closes early must cost an error code, not the process.
   std::signal(SIGPIPE, SIG_IGN);
   node_config cfg;
-  if (auto err = cfg.parse(argc, argv)) {
-    std::cerr << "oncegate: bad configuration: " << cfg.render(err) << '\n';
+  bool check = false;
+  auto args = expand_check_config(argc, argv, check);
+  std::vector<char*> arg_ptrs;
+  for (auto& arg : args)
+    arg_ptrs.push_back(arg.data());
+  if (auto err = cfg.parse(static_cast<int>(arg_ptrs.size()),
+                           arg_ptrs.data())) {
+    std::cerr << "oncegate: bad configuration: " << cfg.render(err)
+              << config_file_context(cfg, cfg.render(err)) << '\n';
     return 2;
   }
   if (cfg.cli_helptext_printed)
@@ -78,6 +159,17 @@ int run_node(int argc, char** argv, const run_options& ro) {
       std::cerr << "oncegate: bad configuration: " << error << '\n';
       return 2;
     }
+  }
+  if (check) {
+    // Everything that can be checked without starting: print the result.
+    std::cout << "# oncegate " << ro.version << ": configuration OK ("
+              << (cfg.config_file_path.empty() ? std::string{"no file"}
+                                               : cfg.config_file_path)
+              << ")\n";
+    print_effective(cfg);
+    return 0;
+  }
+  if (copts) {
     cfg.load<caf::io::middleman>();
     // A hung peer (SIGSTOP, a frozen VM) is detected only with heartbeats.
     cfg.set("middleman.heartbeat-interval",
