@@ -27,6 +27,14 @@ node_config::node_config() {
     .add(http_port, "http-port", "HTTP port (0: any free port)")
     .add(data_dir, "data-dir", "directory of the SQLite database")
     .add(log_level, "log-level", "trace, debug, info, warn, error or off")
+    .add(log_levels, "log-levels",
+         "per-component levels, e.g. store=debug,cluster=warn (components: "
+         "gateway, actors, store, cluster)")
+    .add(log_format, "log-format", "text or json (one object per line)")
+    .add(log_file, "log-file",
+         "also log to this file, rotated (empty: stderr only)")
+    .add(log_file_size, "log-file-size", "rotate the log file at this size")
+    .add(log_file_count, "log-file-count", "rotated log files kept")
     .add(http_threads, "http-threads", "threads serving HTTP")
     .add(upstream, "upstream",
          "forward the default route's first requests to http://host:port/path")
@@ -156,12 +164,7 @@ std::string node_config::validate() const {
     if (snapshot_threshold < 1)
       return "cluster.snapshot-threshold must be positive";
   }
-  static constexpr const char* levels[]
-    = {"trace", "debug", "info", "warn", "error", "critical", "off"};
-  for (auto lvl : levels)
-    if (log_level == lvl)
-      return {};
-  return "log-level must be one of trace, debug, info, warn, error, off";
+  return log::check(log_opts());
 }
 
 node_options node_config::node_opts() const {
@@ -177,6 +180,17 @@ node_options node_config::node_opts() const {
   res.registry_shards = static_cast<uint32_t>(registry_shards);
   res.alarm.chunk = static_cast<uint32_t>(purge_chunk);
   res.alarm.max_interval = alarm_max_interval;
+  return res;
+}
+
+log::log_options node_config::log_opts() const {
+  log::log_options res;
+  res.level = log_level;
+  res.levels = log_levels;
+  res.format = log_format;
+  res.file = log_file;
+  res.file_size = log_file_size;
+  res.file_count = log_file_count;
   return res;
 }
 

@@ -7,6 +7,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "actors/node.hpp"
+#include "common/logging.hpp"
 #include "gateway/gateway_actor.hpp"
 #include "gateway/http_server.hpp"
 #include "gateway/routes.hpp"
@@ -36,6 +37,7 @@ public:
   }
 
   node_options node_opts() const;
+  log::log_options log_opts() const;
   http_server_options http_opts() const;
   gateway_actor_options gateway_opts() const;
 
@@ -60,6 +62,11 @@ public:
   uint16_t http_port = 8080;
   std::string data_dir = "./data";
   std::string log_level = "info";
+  std::string log_levels;
+  std::string log_format = "text";
+  std::string log_file;
+  size_t log_file_size = 64 * 1024 * 1024;
+  size_t log_file_count = 5;
   size_t http_threads = 1;
   std::string upstream;
   bool version = false;

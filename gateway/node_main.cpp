@@ -177,7 +177,10 @@ int run_node(int argc, char** argv, const run_options& ro) {
     cfg.set("middleman.connection-timeout",
             caf::timespan{std::chrono::seconds(1)});
   }
-  log::init(cfg.log_level);
+  if (auto problem = log::init(cfg.log_opts()); !problem.empty()) {
+    std::cerr << "oncegate: bad configuration: " << problem << '\n';
+    return 2;
+  }
   caf::actor_system sys{cfg};
   auto sink = std::make_shared<release_sink>();
   std::optional<node> single;

@@ -1,11 +1,12 @@
 """Configuration errors stop the node at start with exit code 2 and a
 message naming the option."""
 
+import json
 import os
 import subprocess
 import unittest
 
-from harness import BIN, TempDir
+from harness import BIN, Node, TempDir
 
 
 class ConfigTest(unittest.TestCase):
@@ -93,6 +94,43 @@ class ConfigTest(unittest.TestCase):
         code, out = self.check("[keys]\nttll=1h\n")
         self.assertEqual(code, 2, out)
         self.assertIn("unknown option keys.ttll", out)
+
+
+class LoggingTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = TempDir()
+        self.addCleanup(self.tmp.cleanup)
+
+    def test_json_lines_to_a_rotating_file_with_levels_per_component(self):
+        log_file = os.path.join(self.tmp.path, "node.jsonl")
+        node = Node(os.path.join(self.tmp.path, "data"), "--log-format=json",
+                    "--log-file=" + log_file, "--log-levels=store=warn",
+                    "--log-level=info")
+        node.start()
+        self.addCleanup(node.kill)
+        status, _, _ = node.webhook({"a": "quote \" and \\ newline \n"},
+                                    key="log-k1")
+        self.assertEqual(status, 200)
+        node.stop()
+        with open(log_file) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        self.assertTrue(lines)
+        for entry in lines:
+            self.assertEqual(set(entry), {"ts", "level", "component", "msg"})
+            # store=warn: none of the store's info lines (store.opened).
+            if entry["component"] == "store":
+                self.assertNotEqual(entry["level"], "info", entry)
+        msgs = [e["msg"] for e in lines]
+        self.assertTrue(any(m.startswith("node.ready") for m in msgs), msgs)
+        self.assertFalse(any(m.startswith("store.opened") for m in msgs))
+
+    def test_bad_log_options_are_refused(self):
+        for flag in ("--log-format=xml", "--log-levels=disk=info",
+                     "--log-levels=store=loud", "--log-level=chatty"):
+            out = subprocess.run([BIN, "--check-config", os.devnull, flag],
+                                 capture_output=True, timeout=30)
+            self.assertEqual(out.returncode, 2, flag)
+            self.assertIn("log-", (out.stdout + out.stderr).decode(), flag)
 
 
 if __name__ == "__main__":
