@@ -38,7 +38,10 @@ node_config::node_config() {
     .add(http_threads, "http-threads", "threads serving HTTP")
     .add(upstream, "upstream",
          "forward the default route's first requests to http://host:port/path")
-    .add(version, "version", "print the version and exit");
+    .add(version, "version", "print the version and exit")
+    .add(backup_to, "backup-to",
+         "write an online backup of data-dir's database to this new file "
+         "and exit (the node may be running)");
   opt_group{custom_options_, "http"}
     .add(body_limit, "body-limit", "largest request body in bytes (413)")
     .add(header_limit, "header-limit", "largest header block in bytes (431)")

@@ -70,6 +70,7 @@ public:
   size_t http_threads = 1;
   std::string upstream;
   bool version = false;
+  std::string backup_to;
 
   // [http]
   size_t body_limit = 64 * 1024;

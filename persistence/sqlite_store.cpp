@@ -2,11 +2,15 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -760,6 +764,57 @@ caf::expected<std::string> sqlite_store::snapshot_image() {
   if (image.size() >= 20)
     image[18] = image[19] = 1;
   return image;
+}
+
+caf::error sqlite_store::backup_to(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec))
+    return make_error(errc::invalid_argument,
+                      "backup: " + path + " exists already");
+  auto tmp = path + ".tmp";
+  std::filesystem::remove(tmp, ec);
+  sqlite3* dest = nullptr;
+  if (sqlite3_open_v2(tmp.c_str(), &dest,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                        | SQLITE_OPEN_NOMUTEX,
+                      nullptr)
+      != SQLITE_OK) {
+    auto err = sqlite_error(dest, ("backup: open " + tmp).c_str());
+    sqlite3_close(dest);
+    return err;
+  }
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> dest_guard{dest, sqlite3_close};
+  // One step copies every page under one read transaction: a consistent
+  // copy of one moment.
+  auto bk = sqlite3_backup_init(dest, "main", impl_->db, "main");
+  if (bk == nullptr)
+    return sqlite_error(dest, "backup: init");
+  auto rc = sqlite3_backup_step(bk, -1);
+  sqlite3_backup_finish(bk);
+  if (rc != SQLITE_DONE)
+    return sqlite_error(dest, "backup: copy");
+  // The copy is in WAL mode like its source: fold the WAL into the file so
+  // that the backup is one self-contained file.
+  if (sqlite3_exec(dest, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr,
+                   nullptr)
+        != SQLITE_OK
+      || sqlite3_exec(dest, "PRAGMA journal_mode=DELETE", nullptr, nullptr,
+                      nullptr)
+           != SQLITE_OK)
+    return sqlite_error(dest, "backup: finish file");
+  dest_guard.reset();
+  // Durable before it is visible under its name.
+  if (auto fd = ::open(tmp.c_str(), O_RDONLY); fd >= 0) {
+    auto synced = ::fsync(fd) == 0;
+    ::close(fd);
+    if (!synced)
+      return make_error(errc::storage_failure, "backup: fsync " + tmp);
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec)
+    return make_error(errc::storage_failure,
+                      "backup: rename to " + path + ": " + ec.message());
+  return {};
 }
 
 caf::error sqlite_store::restore_image(std::string_view image) {

@@ -135,6 +135,13 @@ public:
   /// state machine, for `restore_image` on any replica.
   caf::expected<std::string> snapshot_image();
 
+  /// Copies the database as it is at this moment into a new file `path`
+  /// (SQLite's online backup API: one consistent read, concurrent writers
+  /// are not blocked in WAL mode). Writes `path.tmp`, syncs it and renames
+  /// it into place, so `path` is either absent or complete. Fails when
+  /// `path` exists.
+  caf::error backup_to(const std::string& path);
+
   /// Replaces the whole content of the database with `image` (made by
   /// `snapshot_image`, possibly on another replica) in one transaction, then
   /// migrates it if it is older than this build. Afterwards
