@@ -121,6 +121,39 @@ void print_effective(const node_config& cfg) {
         }
 }
 
+// `--help`: every option with its type, default and meaning, by group.
+void print_help(const node_config& cfg, const std::string& version) {
+  auto text = [](caf::string_view x) {
+    return std::string{x.data(), x.size()};
+  };
+  std::cout << "oncegate " << version
+            << ": webhook idempotency gateway (one node or a Raft cluster)\n\n"
+               "usage: oncegate [--config-file=FILE] [--OPTION=VALUE ...]\n"
+               "       oncegate --check-config FILE [--OPTION=VALUE ...]\n"
+               "       oncegate --data-dir=DIR --backup-to=FILE\n\n"
+               "Options (INI file: [group] key=value; command line wins):\n";
+  std::string group;
+  for (auto& opt : cfg.options()) {
+    auto category = text(opt.category());
+    if (category != group) {
+      group = category;
+      std::cout << '\n' << group << ":\n";
+    }
+    auto name = category == "global"
+                  ? text(opt.long_name())
+                  : category + "." + text(opt.long_name());
+    std::string def;
+    if (auto value = opt.get())
+      def = printable(name, *value);
+    std::cout << "  --" << name;
+    if (!opt.is_flag())
+      std::cout << "=<" << text(opt.type_name()) << '>';
+    if (!def.empty() && def != "\"\"" && def != "[]")
+      std::cout << "  (default: " << def << ')';
+    std::cout << "\n      " << text(opt.description()) << '\n';
+  }
+}
+
 // `--backup-to=FILE`: copies the database of `data-dir` (running node or
 // not) into FILE through a read-only connection.
 int backup(const node_config& cfg) {
@@ -152,6 +185,12 @@ int run_node(int argc, char** argv, const run_options& ro) {
   node_config cfg;
   bool check = false;
   auto args = expand_check_config(argc, argv, check);
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i] == "--help" || args[i] == "-h" || args[i] == "-?"
+        || args[i] == "--long-help") {
+      print_help(cfg, ro.version);
+      return 0;
+    }
   std::vector<char*> arg_ptrs;
   for (auto& arg : args)
     arg_ptrs.push_back(arg.data());

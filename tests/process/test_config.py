@@ -55,6 +55,16 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(code, 2, text)
         self.assertIn("cluster.id 4 is not among cluster.peers", text)
 
+    def test_help_lists_every_option_with_its_default(self):
+        out = subprocess.run([BIN, "--help"], capture_output=True, timeout=30)
+        self.assertEqual(out.returncode, 0)
+        text = out.stdout.decode()
+        self.assertIn("--keys.ttl=<timespan>  (default: 1d)", text)
+        self.assertIn("--http-port=<uint16>  (default: 8080)", text)
+        self.assertIn("--cluster.election-timeout=<timespan>  (default: 500ms)",
+                      text)
+        self.assertIn("--version", text)
+
     def test_the_shipped_configs_are_valid(self):
         root = os.path.join(os.path.dirname(__file__), "..", "..",
                             "cluster-config")
