@@ -120,6 +120,11 @@ struct raft_node::impl {
   // Raft-thread view (no lock needed on the thread).
   raft_status current;
   uint64_t ready_term = 0;
+  /// Apply failures seen while not leader (or when stepping down last);
+  /// more than these while leading make the node hand leadership over.
+  uint64_t step_down_failures = 0;
+  bool stepping_down = false;
+  clock_type::time_point last_step_down;
   uint64_t configuration_index = ~uint64_t{0};
 
   impl() {
@@ -179,6 +184,42 @@ struct raft_node::impl {
     next.applied_index = raft_last_applied(&r);
     next.last_index = r.last_stored;
     next.apply_failures = adapter->failures();
+    // A leader that cannot apply (its disk is full, say) would keep leading
+    // while deciding nothing: hand leadership to a voter that can. It keeps
+    // retrying as a follower and catches up once it can write again.
+    if (next.role == raft_role::leader
+        && next.apply_failures > step_down_failures && !stepping_down
+        && clock_type::now() - last_step_down >= std::chrono::seconds(1)) {
+      stepping_down = true;
+      last_step_down = clock_type::now();
+      // Until another node leads, try again (at most once a second).
+      step_down_failures = next.apply_failures - 1;
+      log::cluster()->error("raft.step_down reason=apply_failed failures={}",
+                            next.apply_failures);
+      auto t = new transfer_request{};
+      t->req.data = this;
+      t->done = [this](uint64_t leader) {
+        stepping_down = false;
+        log::cluster()->warn("raft.stepped_down new_leader={}", leader);
+      };
+      auto rv = raft_transfer(&r, &t->req, 0, [](struct ::raft_transfer* req) {
+        std::unique_ptr<transfer_request> t{
+          reinterpret_cast<transfer_request*>(req)};
+        auto self = static_cast<impl*>(req->data);
+        raft_id lid = 0;
+        const char* addr = nullptr;
+        raft_leader(&self->r, &lid, &addr);
+        t->done(lid);
+      });
+      if (rv != 0) {
+        std::unique_ptr<transfer_request> guard{t};
+        stepping_down = false;
+        log::cluster()->warn("raft.step_down_failed status={}",
+                             raft_strerror(rv));
+      }
+    } else if (next.role != raft_role::leader) {
+      step_down_failures = next.apply_failures;
+    }
     next.leader_ready = next.role == raft_role::leader
                         && ready_term == next.term;
     bool changed = next.role != current.role || next.term != current.term
