@@ -738,7 +738,7 @@ void webhook_handler::handle_cluster(http_request& req, responder& done) {
     op = cluster_op::transfer;
     id = 0;
     if (auto to = query_param(req.target, "to")) {
-      id = parse_node_id(*to);
+      id = *to == "0" ? std::optional<uint64_t>{0} : parse_node_id(*to);
       if (!id)
         return done(make_problem({400, "bad-request", "Bad request",
                                   "to must be a node id"}));

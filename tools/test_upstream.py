@@ -71,6 +71,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    # Many senders at once (drills, 100 concurrent requests in tests): the
+    # default backlog of 5 left connections in SYN retransmission, which
+    # delivered requests seconds after oncegate had given up on them.
+    request_queue_size = 1024
+
     daemon_threads = True
 
     def handle_error(self, request, client_address):
