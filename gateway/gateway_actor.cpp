@@ -259,8 +259,18 @@ public:
       auto& shard = node_.shard_for(upd.route, upd.key);
       if (cluster_) {
         auto hdl = caf::actor_cast<caf::actor>(shard);
+        // A transition that cannot reach a leader in time (a partition)
+        // must still land: the upstream's outcome is known here only.
+        // Keep trying in the background; the update names its record
+        // instance, so a late one cannot touch a successor.
+        auto on_reply = [this, done = std::move(done), hdl,
+                         again = upd](reply<update_result> rep) mutable {
+          if (!rep.ok && rep.error == errc::not_leader)
+            retry_update(hdl, std::move(again), std::chrono::hours(24));
+          done(std::move(rep));
+        };
         forward<update_result>(self, cluster_, [hdl] { return hdl; },
-                               deadline(), std::move(done),
+                               deadline(), std::move(on_reply),
                                std::make_tuple(update_atom::value,
                                                std::move(upd)));
         return;
@@ -426,6 +436,28 @@ public:
   }
 
 private:
+  // Applies `upd` through a ready leader, retrying until one applied it or
+  // `keep_trying` passed.
+  void retry_update(caf::actor shard, record_update upd,
+                    caf::timespan keep_trying) {
+    post([this, shard, upd = std::move(upd),
+          keep_trying](caf::event_based_actor* self) mutable {
+      auto key = upd.key;
+      auto done = [key](reply<update_result> rep) {
+        if (rep.ok)
+          log::gateway()->warn("update.applied_late key={}", key);
+        else
+          log::gateway()->error("update.unresolved key={} error={}", key,
+                                rep.detail);
+      };
+      forward<update_result>(self, cluster_, [shard] { return shard; },
+                             std::chrono::steady_clock::now() + keep_trying,
+                             std::move(done),
+                             std::make_tuple(update_atom::value,
+                                             std::move(upd)));
+    });
+  }
+
   // Releases the record of an abandoned claim attempt if it committed
   // (`request_id` must match), retrying until a ready leader applied it or
   // `keep_trying` passed. Once a new leader's barrier committed, a claim
