@@ -28,8 +28,7 @@ void node::shutdown() {
   caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
 }
 
-caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
-                               wall_clock_fn now) {
+caf::error prepare_data_dir(node_options& opts) {
   std::error_code ec;
   std::filesystem::create_directories(opts.data_dir, ec);
   if (ec)
@@ -39,6 +38,13 @@ caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
   if (opts.store.path.empty())
     opts.store.path = (std::filesystem::path{opts.data_dir} / "oncegate.db")
                         .string();
+  return {};
+}
+
+caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
+                               wall_clock_fn now) {
+  if (auto err = prepare_data_dir(opts))
+    return err;
   auto db = persistence::sqlite_store::open(opts.store);
   if (!db)
     return std::move(db.error());

@@ -45,6 +45,10 @@ public:
   void shutdown();
 };
 
+/// Creates `opts.data_dir` and fills in `opts.store.path` (its
+/// `oncegate.db`) when unset.
+caf::error prepare_data_dir(node_options& opts);
+
 /// Spawns the actors above `store` (registry shards, alarm): shared by the
 /// single node and the cluster node, whose store is replicated.
 node spawn_node_actors(caf::actor_system& sys, persistence::store_actor store,

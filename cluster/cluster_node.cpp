@@ -356,15 +356,8 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     return make_error(errc::invalid_argument,
                       "cluster.id " + std::to_string(copts.id)
                         + " is not among cluster.peers");
-  std::error_code ec;
-  std::filesystem::create_directories(opts.data_dir, ec);
-  if (ec)
-    return make_error(errc::storage_failure,
-                      "cannot create data dir " + opts.data_dir + ": "
-                        + ec.message());
-  if (opts.store.path.empty())
-    opts.store.path = (std::filesystem::path{opts.data_dir} / "oncegate.db")
-                        .string();
+  if (auto err = prepare_data_dir(opts))
+    return err;
   // Durability comes from the Raft log (fsynced before an entry counts as
   // committed); libraft replays it into the file after a crash, and
   // `apply_batch` skips what the file already holds.

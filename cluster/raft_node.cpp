@@ -196,27 +196,10 @@ struct raft_node::impl {
       step_down_failures = next.apply_failures - 1;
       log::cluster()->error("raft.step_down reason=apply_failed failures={}",
                             next.apply_failures);
-      auto t = new transfer_request{};
-      t->req.data = this;
-      t->done = [this](uint64_t leader) {
+      do_transfer(0, [this](uint64_t leader) {
         stepping_down = false;
         log::cluster()->warn("raft.stepped_down new_leader={}", leader);
-      };
-      auto rv = raft_transfer(&r, &t->req, 0, [](struct ::raft_transfer* req) {
-        std::unique_ptr<transfer_request> t{
-          reinterpret_cast<transfer_request*>(req)};
-        auto self = static_cast<impl*>(req->data);
-        raft_id lid = 0;
-        const char* addr = nullptr;
-        raft_leader(&self->r, &lid, &addr);
-        t->done(lid);
       });
-      if (rv != 0) {
-        std::unique_ptr<transfer_request> guard{t};
-        stepping_down = false;
-        log::cluster()->warn("raft.step_down_failed status={}",
-                             raft_strerror(rv));
-      }
     } else if (next.role != raft_role::leader) {
       step_down_failures = next.apply_failures;
     }
@@ -329,6 +312,29 @@ struct raft_node::impl {
     }
     p->done(status, res ? std::move(*res)
                         : std::vector<persistence::command_result>{});
+  }
+
+  // Hands leadership to `id` (0: any voter); `done` gets the leader
+  // afterwards, or 0 when the transfer could not start.
+  void do_transfer(uint64_t id, std::function<void(uint64_t)> done) {
+    auto t = new transfer_request{};
+    t->done = std::move(done);
+    t->req.data = this;
+    auto rv = raft_transfer(&r, &t->req, id, [](struct ::raft_transfer* req) {
+      std::unique_ptr<transfer_request> t{
+        reinterpret_cast<transfer_request*>(req)};
+      auto self = static_cast<impl*>(req->data);
+      raft_id lid = 0;
+      const char* addr = nullptr;
+      raft_leader(&self->r, &lid, &addr);
+      t->done(lid);
+    });
+    if (rv != 0) {
+      std::unique_ptr<transfer_request> guard{t};
+      log::cluster()->warn("raft.transfer_failed target={} status={}", id,
+                           raft_strerror(rv));
+      t->done(0);
+    }
   }
 
   void do_change(int kind, uint64_t id, const std::string& address, int role,
@@ -543,26 +549,7 @@ void raft_node::transfer(uint64_t id, std::function<void(uint64_t)> done) {
   auto shared = std::make_shared<std::function<void(uint64_t)>>(
     std::move(done));
   auto ok = self->post(
-    [self, id, shared] {
-      auto t = new transfer_request{};
-      t->done = std::move(*shared);
-      t->req.data = self;
-      auto rv = raft_transfer(&self->r, &t->req, id, [](struct ::raft_transfer* req) {
-        std::unique_ptr<transfer_request> t{
-          reinterpret_cast<transfer_request*>(req)};
-        auto self = static_cast<impl*>(req->data);
-        raft_id lid = 0;
-        const char* addr = nullptr;
-        raft_leader(&self->r, &lid, &addr);
-        t->done(lid);
-      });
-      if (rv != 0) {
-        std::unique_ptr<transfer_request> guard{t};
-        log::cluster()->warn("raft.transfer_failed target={} status={}", id,
-                             raft_strerror(rv));
-        t->done(0);
-      }
-    },
+    [self, id, shared] { self->do_transfer(id, std::move(*shared)); },
     false);
   if (!ok)
     (*shared)(0);
