@@ -1,9 +1,13 @@
 #include "gateway/upstream_client.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstring>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -92,12 +96,52 @@ struct pool {
 /// server is closing has an unknowable fate.
 constexpr auto max_idle_age = std::chrono::seconds(4);
 
-// Whether an idle connection is still open and quiet. A closed one reads
-// EOF; one with unexpected bytes is out of sync. Both are dropped.
-bool still_open(beast::tcp_stream& s) {
+/// Interim (1xx) answers skipped before the final one at most: a server
+/// sends one or two (`100 Continue`, `103 Early Hints`); an endless stream
+/// is broken, and the response timeout alone would let it hold the
+/// exchange for seconds.
+constexpr int max_interim = 8;
+
+enum class idle_state {
+  /// Open, nothing to read: the only state in which a request may go out.
+  quiet,
+  /// EOF or a socket error: the peer closed it.
+  closed,
+  /// Unread bytes: an answer to no request of ours, out of sync.
+  unsolicited,
+};
+
+// Non-blocking: a peek, no read. A closed connection reads EOF (0) or an
+// error; one with unexpected bytes reads them.
+idle_state probe(tcp::socket& s) {
   char c;
-  auto n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  auto n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0)
+    return idle_state::unsolicited;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return idle_state::quiet;
+  return idle_state::closed;
+}
+
+// Acknowledges what was read now instead of after the delayed-ACK timer
+// (up to 40 ms on Linux). An upstream with Nagle on holds back a small
+// write that follows its answer until that ACK: without this, its late
+// bytes would come out with the ACK our next request carries, after every
+// check, and be read as the next request's answer.
+void ack_now(tcp::socket& s) {
+#ifdef TCP_QUICKACK
+  int one = 1;
+  ::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_QUICKACK, &one,
+               sizeof(one));
+#else
+  (void) s;
+#endif
+}
+
+void close_stream(beast::tcp_stream& s) {
+  beast::error_code ignored;
+  s.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  s.socket().close(ignored);
 }
 
 } // namespace
@@ -118,6 +162,32 @@ namespace {
 
 using impl_t = upstream_client::impl;
 
+/// One request and its answer, on a pooled or a new connection.
+///
+/// ```
+///   start -- idle conn, quiet --> send_now -- all taken ----------> read
+///     |                             |  part taken --> write ------^
+///     |                             |  refused (no byte out):
+///     |                             |    next idle conn, or connect
+///     +-- none left --> connect --> send_now (refused: not_sent)
+///
+///   read -- 1xx, at most 8 --> read
+///        -- 200-599 --> response (pooled when reusable)
+///        -- 101, a 9th 1xx, outside 100-599, error, timeout --> maybe_sent
+/// ```
+///
+/// At most once: anything after the first byte went out is `response` or
+/// `maybe_sent`, never retried; `not_sent` only when no byte went out.
+///
+/// HTTP/1.1 cannot tell which request an answer belongs to: the first
+/// bytes read after a request are taken as its answer. So a connection goes
+/// back to the pool only after a complete, keep-alive final answer with
+/// nothing after it, and is checked quiet again right before the request is
+/// handed to the kernel, in the same turn of the event loop.
+/// Residual risk: bytes the upstream sends unasked that are still in flight
+/// during that check (sent within about one round trip before our request,
+/// or held back by the upstream's own TCP stack despite `ack_now`) arrive
+/// after our request and are indistinguishable from its answer.
 class exchange : public std::enable_shared_from_this<exchange> {
 public:
   exchange(impl_t& owner, const upstream_target& target,
@@ -127,19 +197,23 @@ public:
       key_(target.host + ':' + std::to_string(target.port)),
       done_(std::move(done)),
       resolver_(owner.ioc) {
-    req_.method(http::verb::post);
-    req_.target(target.path);
-    req_.version(11);
-    req_.set(http::field::host, target.host);
-    req_.set(http::field::user_agent, "oncegate");
-    req_.set(http::field::content_type, req.content_type.empty()
-                                          ? std::string{"application/json"}
-                                          : req.content_type);
+    http::request<http::string_body> msg;
+    msg.method(http::verb::post);
+    msg.target(target.path);
+    msg.version(11);
+    msg.set(http::field::host, target.host);
+    msg.set(http::field::user_agent, "oncegate");
+    msg.set(http::field::content_type, req.content_type.empty()
+                                         ? std::string{"application/json"}
+                                         : req.content_type);
     if (!req.idempotency_key.empty())
-      req_.set("Idempotency-Key", req.idempotency_key);
-    req_.keep_alive(true);
-    req_.body() = std::move(req.body);
-    req_.prepare_payload();
+      msg.set("Idempotency-Key", req.idempotency_key);
+    msg.keep_alive(true);
+    msg.body() = std::move(req.body);
+    msg.prepare_payload();
+    std::ostringstream out;
+    out << msg;
+    wire_ = std::move(out).str();
   }
 
   void start() {
@@ -148,17 +222,34 @@ public:
     while (!p.idle.empty()) {
       auto conn = std::move(p.idle.back());
       p.idle.pop_back();
-      if (now - conn.since < max_idle_age && still_open(*conn.stream)) {
-        ++p.busy;
-        stream_ = std::move(conn.stream);
-        return write();
+      auto state = now - conn.since < max_idle_age
+                     ? probe(conn.stream->socket())
+                     : idle_state::closed;
+      if (state == idle_state::unsolicited)
+        log::gateway()->warn("upstream.unsolicited_bytes upstream={} "
+                             "when=idle",
+                             key_);
+      if (state != idle_state::quiet) {
+        close_stream(*conn.stream);
+        continue;
       }
-      beast::error_code ignored;
-      conn.stream->socket().close(ignored);
+      ++p.busy;
+      stream_ = std::move(conn.stream);
+      reused_ = true;
+      if (!send_now()) {
+        // The kernel took no byte: certain that nothing went out, so the
+        // next connection may carry it.
+        --p.busy;
+        close_stream(*stream_);
+        stream_.reset();
+        continue;
+      }
+      return write();
     }
     if (p.busy >= target_.max_connections)
       return finish(not_sent("upstream connection pool exhausted"));
     ++p.busy;
+    reused_ = false;
     stream_ = std::make_unique<beast::tcp_stream>(owner_.ioc);
     resolver_.async_resolve(
       target_.host, std::to_string(target_.port),
@@ -171,6 +262,8 @@ public:
           results, [self](beast::error_code ec, const tcp::endpoint&) {
             if (ec)
               return self->finish(self->not_sent("connect: " + ec.message()));
+            if (!self->send_now())
+              return self->finish(self->not_sent("write: " + self->error_));
             self->write();
           });
       });
@@ -192,57 +285,131 @@ private:
     return res;
   }
 
-  void write() {
-    stream_->expires_after(target_.response_timeout);
-    http::async_write(*stream_, req_,
-                      [self = shared_from_this()](beast::error_code ec,
-                                                  std::size_t n) {
-                        if (ec)
-                          // Bytes handed to the kernel may have arrived.
-                          return self->finish(
-                            n == 0 ? self->not_sent("write: " + ec.message())
-                                   : self->maybe_sent("write: " + ec.message(),
-                                                      false));
-                        self->read();
-                      });
+  // Hands as much of the request as the kernel takes, at once, so that no
+  // other handler runs between the quiet check and the send. False when
+  // the kernel refused it (reset, broken pipe): no byte went out.
+  bool send_now() {
+    auto n = ::send(stream_->socket().native_handle(), wire_.data(),
+                    wire_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) {
+      written_ = static_cast<std::size_t>(n);
+      return true;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+      return true; // the rest goes asynchronously
+    error_ = std::strerror(errno);
+    return false;
   }
 
+  // The response timeout runs from the first byte sent to the final
+  // answer, across write chunks and interim answers.
+  void write() {
+    stream_->expires_after(target_.response_timeout);
+    write_rest();
+  }
+
+  void write_rest() {
+    if (written_ == wire_.size())
+      return read();
+    if (reused_ && probe(stream_->socket()) != idle_state::quiet) {
+      // The upstream spoke before it had our whole request: stale bytes or
+      // an early answer, one cannot tell which. Not ours to store.
+      if (written_ == 0)
+        return finish(not_sent("upstream connection out of sync"));
+      return finish(maybe_sent("upstream answered before the request was "
+                               "complete",
+                               false));
+    }
+    stream_->async_write_some(
+      net::buffer(wire_.data() + written_, wire_.size() - written_),
+      [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+        self->written_ += n;
+        if (ec == beast::error::timeout && self->written_ > 0)
+          return self->finish(
+            self->maybe_sent("write: no progress in time", true));
+        if (ec)
+          // Bytes handed to the kernel may have arrived.
+          return self->finish(
+            self->written_ == 0
+              ? self->not_sent("write: " + ec.message())
+              : self->maybe_sent("write: " + ec.message(), false));
+        self->write_rest();
+      });
+  }
+
+  // One message per call, a fresh parser each: interim answers are
+  // complete messages of their own; `buffer_` keeps what follows them.
   void read() {
     parser_.emplace();
     parser_->body_limit(target_.max_response);
     http::async_read(*stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec,
                                                  std::size_t) {
-                       if (ec == beast::error::timeout)
-                         return self->finish(
-                           self->maybe_sent("no response in time", true));
-                       if (ec)
-                         return self->finish(
-                           self->maybe_sent("read: " + ec.message(), false));
-                       auto& msg = self->parser_->get();
-                       upstream_result res;
-                       res.outcome = upstream_result::kind::response;
-                       res.status = static_cast<int>(msg.result_int());
-                       res.content_type = std::string{
-                         msg[http::field::content_type]};
-                       res.body = std::move(msg.body());
-                       self->keep_ = msg.keep_alive();
-                       self->finish(std::move(res));
+                       self->on_read(ec);
                      });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == beast::error::timeout)
+      return finish(maybe_sent("no response in time", true));
+    if (ec)
+      return finish(maybe_sent("read: " + ec.message(), false));
+    auto status = static_cast<int>(parser_->get().result_int());
+    // Beast reads any three digits.
+    if (status == 101)
+      return finish(maybe_sent("upstream switched protocols (101), which "
+                               "was never asked for",
+                               false));
+    if (status >= 100 && status <= 199) {
+      if (++interim_ > max_interim)
+        return finish(maybe_sent("more than "
+                                   + std::to_string(max_interim)
+                                   + " interim (1xx) answers",
+                                 false));
+      // The final answer may wait behind our ACK (see `ack_now`).
+      ack_now(stream_->socket());
+      return read();
+    }
+    if (status < 200 || status > 599)
+      return finish(maybe_sent("upstream status " + std::to_string(status)
+                                 + " is outside 200-599",
+                               false));
+    auto& msg = parser_->get();
+    upstream_result res;
+    res.outcome = upstream_result::kind::response;
+    res.status = status;
+    res.content_type = std::string{msg[http::field::content_type]};
+    res.body = std::move(msg.body());
+    // False for `Connection: close`, HTTP/1.0 without keep-alive and a
+    // body that ends at EOF.
+    keep_ = parser_->keep_alive();
+    finish(std::move(res));
+  }
+
+  // Whether the connection may carry another request: a complete final
+  // answer the upstream means to keep alive, and nothing after it.
+  bool reusable(const upstream_result& res, const pool& p) {
+    if (res.outcome != upstream_result::kind::response || !keep_
+        || p.idle.size() + p.busy >= target_.max_connections)
+      return false;
+    ack_now(stream_->socket());
+    if (buffer_.size() == 0 && probe(stream_->socket()) == idle_state::quiet)
+      return true;
+    log::gateway()->warn("upstream.unsolicited_bytes upstream={} "
+                         "when=after_answer",
+                         key_);
+    return false;
   }
 
   void finish(upstream_result res) {
     auto& p = owner_.pools[key_];
     if (stream_) {
       --p.busy;
-      if (keep_ && res.outcome == upstream_result::kind::response
-          && p.idle.size() + p.busy < target_.max_connections) {
+      if (reusable(res, p)) {
         stream_->expires_never();
         p.idle.push_back(idle_conn{std::move(stream_), steady::now()});
       } else {
-        beast::error_code ignored;
-        stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
-        stream_->socket().close(ignored);
+        close_stream(*stream_);
       }
     }
     auto done = std::move(done_);
@@ -254,7 +421,15 @@ private:
   std::string key_;
   std::function<void(upstream_result)> done_;
   tcp::resolver resolver_;
-  http::request<http::string_body> req_;
+  /// The serialized request.
+  std::string wire_;
+  /// Bytes of `wire_` the kernel took.
+  std::size_t written_ = 0;
+  /// Why `send_now` failed.
+  std::string error_;
+  /// Whether `stream_` came from the pool.
+  bool reused_ = false;
+  int interim_ = 0;
   std::unique_ptr<beast::tcp_stream> stream_;
   beast::flat_buffer buffer_;
   std::optional<http::response_parser<http::string_body>> parser_;

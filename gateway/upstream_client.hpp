@@ -47,13 +47,16 @@ struct upstream_request {
 /// What became of a forwarded request.
 struct upstream_result {
   enum class kind {
-    /// The upstream answered (any status, 5xx included).
+    /// The upstream gave a final answer, status 200-599 (5xx included).
+    /// Interim 1xx answers are skipped; `101`, more than 8 interim
+    /// answers or a status outside 100-599 are `maybe_sent`.
     response,
     /// Nothing reached the upstream (refused, unresolvable, pool exhausted,
     /// connect timeout): safe to execute again.
     not_sent,
-    /// The request may have reached the upstream, but no complete answer
-    /// came (timeout or connection lost after sending).
+    /// The request may have reached the upstream, but no usable answer
+    /// came (timeout, connection lost after sending, or an answer that is
+    /// not HTTP: a bogus status, an unasked protocol switch).
     maybe_sent,
   };
   kind outcome = kind::not_sent;
@@ -67,7 +70,9 @@ struct upstream_result {
 };
 
 /// An asynchronous HTTP/1.1 client (Boost.Beast) with a keep-alive pool per
-/// upstream, on its own I/O thread. It never blocks the caller.
+/// upstream, on its own I/O thread. It never blocks the caller. A connection
+/// returns to the pool only after a complete keep-alive final answer with
+/// no byte after it, and is checked quiet again right before reuse.
 class upstream_client {
 public:
   upstream_client();

@@ -5,14 +5,29 @@ drills and the README example.
 It counts executions per `Idempotency-Key` (an execution is a complete
 request received) and can be told to answer normally, slowly, with 500, or
 to drop the connection after receiving the request; `refuse()` closes its
-listening socket so connections are refused.
+listening socket so connections are refused. It can also misbehave the way
+real HTTP servers do, to test the client side of oncegate.
 
     python3 tools/test_upstream.py --port 9000      # serve until Ctrl-C
     curl -s localhost:9000/_counts                   # {"total":..,"keys":{..}}
     curl -s -X POST localhost:9000/_mode -d '{"mode":"slow","delay":5}'
+    curl -s -X POST localhost:9000/_mode -d '{"mode":"early-hints"}'
 
 Modes: normal, slow (answer after `delay` seconds, at most 60), error (500),
-drop (close without answering).
+drop (close without answering), and the misbehaving ones:
+
+- early-hints: `100 Continue` and `103 Early Hints` before the answer;
+  `interim` (a list of 1xx statuses, e.g. [103, 103]) overrides that list,
+  and applies to every mode that answers;
+- close: the answer carries `Connection: close` and the connection closes;
+- bogus-status: the answer's status line says `status` (default 600; 99 is
+  sent as `099`), which is no HTTP status;
+- extra: after the answer, an unsolicited second response on the kept-alive
+  connection, in the same write (`split` false) or in a later one (`split`
+  true); `extras()` counts the ones written.
+
+`counts()` and `/_counts` also report `connections`, the connections
+accepted (a client that pools connections opens fewer than it sends).
 """
 
 import argparse
@@ -23,6 +38,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_DELAY = 60.0
+MODES = ("normal", "slow", "error", "drop", "early-hints", "close",
+         "bogus-status", "extra")
+DEFAULT_INTERIM = {"early-hints": [100, 103]}
+INTERIM_REASONS = {100: "Continue", 101: "Switching Protocols",
+                   102: "Processing", 103: "Early Hints"}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -31,13 +51,30 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # quiet
         pass
 
-    def _reply(self, status, doc):
+    def setup(self):
+        super().setup()
+        self.server.upstream.connected()
+
+    def _reply(self, status, doc, close=False):
         body = json.dumps(doc).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")  # sets close_connection
         self.end_headers()
         self.wfile.write(body)
+
+    def _interim(self, statuses):
+        # Each one on its own, as a real server flushes them as it goes.
+        for status in statuses:
+            self.wfile.write(b"HTTP/1.1 %03d %s\r\n" % (
+                status, INTERIM_REASONS.get(status, "Interim").encode()))
+            if status == 103:
+                self.wfile.write(
+                    b"Link: </style.css>; rel=preload; as=style\r\n")
+            self.wfile.write(b"\r\n")
+            self.wfile.flush()
 
     def do_GET(self):
         up = self.server.upstream
@@ -51,11 +88,16 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length)
         if self.path == "/_mode":
             doc = json.loads(body or b"{}")
-            up.set_mode(doc.get("mode", "normal"), doc.get("delay", 0))
+            try:
+                up.set_mode(doc.get("mode", "normal"), doc.get("delay", 0),
+                            doc.get("interim"), doc.get("status", 600),
+                            doc.get("split", False))
+            except (TypeError, ValueError) as e:
+                return self._reply(400, {"error": str(e)})
             return self._reply(200, {"mode": up.mode})
         key = self.headers.get("Idempotency-Key", "")
         n = up.record(key, body)
-        mode, delay = up.mode, up.delay
+        mode, delay, opts = up.mode, up.delay, dict(up.options)
         if mode == "slow":
             up.wait(delay)
         if mode == "drop":
@@ -65,9 +107,40 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
             return
+        self._interim(opts["interim"])
         if mode == "error":
             return self._reply(500, {"error": "upstream failure", "key": key})
-        self._reply(200, {"order": "accepted", "key": key, "execution": n})
+        doc = {"order": "accepted", "key": key, "execution": n}
+        if mode == "bogus-status":
+            return self._raw(opts["status"], doc)
+        if mode == "extra":
+            return self._with_extra(doc, opts["split"])
+        self._reply(200, doc, close=mode == "close")
+
+    def _raw(self, status, doc):
+        # send_response would write 99 as "99", which no parser reads.
+        body = json.dumps(doc).encode()
+        self.wfile.write(self._response_bytes(status, body))
+
+    @staticmethod
+    def _response_bytes(status, body):
+        return (b"HTTP/1.1 %03d Whatever\r\nContent-Type: application/json"
+                b"\r\nContent-Length: %d\r\n\r\n" % (status, len(body))
+                + body)
+
+    def _with_extra(self, doc, split):
+        body = json.dumps(doc).encode()
+        answer = self._response_bytes(200, body)
+        stale = json.dumps({"order": "unsolicited", "key": "stale"}).encode()
+        extra = self._response_bytes(200, stale)
+        if split:
+            self.wfile.write(answer)
+            self.wfile.flush()
+            self.wfile.write(extra)
+        else:
+            self.wfile.write(answer + extra)
+        self.wfile.flush()
+        self.server.upstream.extra_sent()
 
 
 class _Server(ThreadingHTTPServer):
@@ -94,9 +167,12 @@ class TestUpstream:
         self.port = port
         self.mode = "normal"
         self.delay = 0.0
+        self.options = {"interim": [], "status": 600, "split": False}
         self._lock = threading.Lock()
         self._counts = {}
         self._total = 0
+        self._connections = 0
+        self._extras = 0
         self._release = threading.Event()
         self._server = None
         self._thread = None
@@ -130,9 +206,22 @@ class TestUpstream:
     def url(self):
         return "http://%s:%d/orders" % (self.host, self.port)
 
-    def set_mode(self, mode, delay=0.0):
-        if mode not in ("normal", "slow", "error", "drop"):
+    def set_mode(self, mode, delay=0.0, interim=None, status=600,
+                 split=False):
+        """`interim`, `status` and `split`: see the module's doc."""
+        if mode not in MODES:
             raise ValueError("unknown mode " + mode)
+        if interim is None:
+            interim = DEFAULT_INTERIM.get(mode, [])
+        interim = [int(s) for s in interim]
+        if any(s < 100 or s > 199 for s in interim):
+            raise ValueError("interim statuses are 100..199")
+        status = int(status)
+        if status < 0 or status > 999:
+            raise ValueError("status is three digits")
+        # One assignment: a request in progress sees old or new options.
+        self.options = {"interim": interim, "status": status,
+                        "split": bool(split)}
         self.mode = mode
         self.delay = min(float(delay or 0), MAX_DELAY)
         if mode != "slow":
@@ -150,9 +239,28 @@ class TestUpstream:
             self._counts[key] = self._counts.get(key, 0) + 1
             return self._counts[key]
 
+    def connected(self):
+        with self._lock:
+            self._connections += 1
+
+    def extra_sent(self):
+        with self._lock:
+            self._extras += 1
+
     def counts(self):
         with self._lock:
-            return {"total": self._total, "keys": dict(self._counts)}
+            return {"total": self._total, "keys": dict(self._counts),
+                    "connections": self._connections}
+
+    def connections(self):
+        """Connections accepted so far."""
+        with self._lock:
+            return self._connections
+
+    def extras(self):
+        """Unsolicited responses written so far (mode `extra`)."""
+        with self._lock:
+            return self._extras
 
     def executions(self, key):
         with self._lock:
@@ -163,11 +271,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
-    parser.add_argument("--mode", default="normal")
+    parser.add_argument("--mode", default="normal", choices=MODES)
     parser.add_argument("--delay", type=float, default=0)
+    parser.add_argument("--interim", default=None,
+                        help="comma-separated 1xx statuses sent before "
+                             "each answer, e.g. 100,103")
+    parser.add_argument("--status", type=int, default=600,
+                        help="the status line of mode bogus-status")
+    parser.add_argument("--split", action="store_true",
+                        help="mode extra: the unsolicited response in a "
+                             "later write")
     args = parser.parse_args()
     up = TestUpstream(args.host, args.port)
-    up.set_mode(args.mode, args.delay)
+    interim = None
+    if args.interim is not None:
+        interim = [int(s) for s in args.interim.split(",") if s]
+    up.set_mode(args.mode, args.delay, interim, args.status, args.split)
     up.start()
     print("test upstream listening on %s" % up.url, flush=True)
     try:
