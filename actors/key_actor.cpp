@@ -63,11 +63,12 @@ void remember(key_state& st, const record& rec) {
 }
 
 // Answers a claim from the cached record, when it is live at the claim's
-// own timestamp.
+// own timestamp (the one expiry rule, `live`). A record that looks expired
+// goes to the store, which decides at the store's clock.
 std::optional<claim_result> decide_cached(const key_state& st,
                                           const claim_request& req) {
   if (!st.cached || !st.cached->fingerprint_ok
-      || req.now_ms >= st.cached->expires_at_ms)
+      || !live(st.cached->state, st.cached->expires_at_ms, req.now_ms))
     return std::nullopt;
   auto& c = *st.cached;
   // The request attempt that owns the record asks again (its answer was

@@ -44,6 +44,7 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<purge_result>("oncegate.purge_result");
   cfg.add_message_type<record_page>("oncegate.record_page");
   cfg.add_message_type<histogram>("oncegate.histogram");
+  cfg.add_message_type<unsettled_count>("oncegate.unsettled_count");
   cfg.add_message_type<persistence::store_stats>("oncegate.store_stats");
   cfg.add_message_type<registry_stats>("oncegate.registry_stats");
   cfg.add_message_type<alarm_stats>("oncegate.alarm_stats");

@@ -165,7 +165,12 @@ struct front_state {
   std::shared_ptr<peer_links> links;
   uint64_t id = 0;
   /// Records in flight that this node's earlier runs claimed (first seen
-  /// before this start) are turned into in-doubt through the leader.
+  /// before this start) are turned into in-doubt through the leader. The
+  /// bound is the store's clock as this node's file had it at start: every
+  /// record claimed from now on is stamped at or after it (the log's time
+  /// never moves backwards), whatever this node's own clock says. Earlier
+  /// records stamped later than the bound are left to the in-flight
+  /// deadline sweep.
   int64_t started_ms = 0;
   bool doubted = false;
   caf::timespan remote_timeout;
@@ -371,6 +376,10 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   auto result = std::make_unique<cluster_node>();
   result->opts = copts;
   std::shared_ptr<persistence::sqlite_store> writer_db{std::move(*writer)};
+  // Read before the Raft thread owns the writer.
+  auto log_clock = writer_db->clock_ms();
+  if (!log_clock)
+    return std::move(log_clock.error());
   std::shared_ptr<persistence::sqlite_store> reader_db{std::move(*reader)};
   // Raft.
   auto ropts = copts.raft;
@@ -422,7 +431,7 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     // The writer connection must outlive the Raft thread.
     [writer_db](raft_node* ptr) { delete ptr; }};
   auto store = spawn_replicated_store(sys, result->raft, reader_db,
-                                      copts.store);
+                                      copts.store, now);
   result->local = spawn_node_actors(sys, store, opts, now);
   {
     std::lock_guard<std::mutex> guard{*registries_mtx};
@@ -431,7 +440,7 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   result->links = std::make_shared<peer_links>(sys, copts.peers,
                                                copts.remote_timeout);
   result->front = sys.spawn(front_impl, result->local, result->raft,
-                            result->links, copts, now());
+                            result->links, copts, *log_clock);
   auto port = sys.middleman().publish(result->front, self_peer->port,
                                       self_peer->host.c_str(), true);
   if (!port) {

@@ -75,6 +75,10 @@ struct replicated_state {
   std::shared_ptr<raft_node> raft;
   std::shared_ptr<persistence::sqlite_store> reader;
   replicated_store_options opts;
+  /// The leader's clock: stamps every claim and purge it proposes, so that
+  /// one clock (the log's, see `apply_batch`) decides, whichever node
+  /// received the request.
+  wall_clock_fn now;
   std::vector<command> pending;
   std::vector<waiter> waiters;
   // Entries in flight, by sequence number.
@@ -116,6 +120,13 @@ void flush(store_pointer self) {
       std::make_move_iterator(st.waiters.begin() + n));
     st.pending.erase(st.pending.begin(), st.pending.begin() + n);
     st.waiters.erase(st.waiters.begin(), st.waiters.begin() + n);
+    auto t = st.now();
+    for (auto& cmd : batch) {
+      if (cmd.type == command::kind::claim)
+        cmd.claim.now_ms = t;
+      else if (cmd.type == command::kind::purge)
+        cmd.now_ms = t;
+    }
     auto seq = st.next_seq++;
     st.outstanding.emplace(seq, std::move(waiting));
     st.started.emplace(seq, std::chrono::steady_clock::now());
@@ -203,8 +214,9 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
 caf::behavior
 replicated_impl(store_pointer self, std::shared_ptr<raft_node> raft,
                 std::shared_ptr<persistence::sqlite_store> reader,
-                replicated_store_options opts) {
+                replicated_store_options opts, wall_clock_fn now) {
   auto& st = self->state;
+  st.now = std::move(now);
   st.raft = std::move(raft);
   st.reader = std::move(reader);
   st.opts = opts;
@@ -241,6 +253,16 @@ replicated_impl(store_pointer self, std::shared_ptr<raft_node> raft,
       return rp;
     },
     [self](purge_atom, int64_t now_ms, uint32_t limit) {
+      // Records in flight past their forward deadline turn in-doubt first
+      // (no one waits for that answer), then the expired ones go.
+      if (self->state.opts.in_flight_deadline_ms > 0) {
+        command doubt;
+        doubt.type = command::kind::doubt;
+        doubt.owner = 0;
+        doubt.before_ms = self->state.now()
+                          - self->state.opts.in_flight_deadline_ms;
+        enqueue(self, std::move(doubt), waiter{});
+      }
       command cmd;
       cmd.type = command::kind::purge;
       cmd.now_ms = now_ms;
@@ -285,7 +307,12 @@ replicated_impl(store_pointer self, std::shared_ptr<raft_node> raft,
         return std::move(res.error());
       return *res;
     },
-    [self](stats_atom) { return self->state.stats; },
+    [self](stats_atom) {
+      auto stats = self->state.stats;
+      if (auto xs = self->state.reader->unsettled())
+        stats.unsettled = std::move(*xs);
+      return stats;
+    },
     [self](count_atom) -> caf::result<uint64_t> {
       auto res = self->state.reader->count();
       if (!res)
@@ -303,9 +330,11 @@ store_actor spawn_replicated_store(caf::actor_system& sys,
                                    std::shared_ptr<raft_node> raft,
                                    std::shared_ptr<persistence::sqlite_store>
                                      reader,
-                                   replicated_store_options opts) {
+                                   replicated_store_options opts,
+                                   wall_clock_fn now) {
   auto hdl = sys.spawn<caf::detached>(replicated_impl, std::move(raft),
-                                      std::move(reader), opts);
+                                      std::move(reader), opts,
+                                      std::move(now));
   return caf::actor_cast<store_actor>(hdl);
 }
 

@@ -7,6 +7,7 @@
 
 #include "cluster/raft_node.hpp"
 #include "persistence/sqlite_store.hpp"
+#include "common/clock.hpp"
 #include "persistence/store_actor.hpp"
 
 namespace oncegate::cluster {
@@ -21,6 +22,10 @@ struct replicated_store_options {
   /// Commands waiting for an entry at most; beyond, new ones fail at once
   /// with `errc::overloaded`.
   uint32_t max_pending = 65536;
+  /// An in-flight record first seen this long ago has outlived every
+  /// forward (connect + response timeouts): each purge turns such records
+  /// in-doubt. 0: never.
+  int64_t in_flight_deadline_ms = 0;
 };
 
 /// Spawns a store actor (the `persistence::store_actor` interface) whose
@@ -36,6 +41,7 @@ struct replicated_store_options {
 persistence::store_actor
 spawn_replicated_store(caf::actor_system& sys, std::shared_ptr<raft_node> raft,
                        std::shared_ptr<persistence::sqlite_store> reader,
-                       replicated_store_options opts);
+                       replicated_store_options opts,
+                       wall_clock_fn now = wall_clock_ms);
 
 } // namespace oncegate::cluster

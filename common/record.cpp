@@ -36,18 +36,20 @@ const char* to_string(transition x) {
       return "release";
     case transition::in_doubt:
       return "in_doubt";
+    case transition::release_settled:
+      return "release_settled";
   }
   return "unknown";
 }
 
-record make_record(const claim_request& req) {
+record make_record(const claim_request& req, int64_t now_ms) {
   record r;
   r.route = req.route;
   r.key = req.key;
   r.state = req.initial_state;
   r.fingerprint = req.fingerprint;
-  r.first_seen_ms = req.now_ms;
-  r.expires_at_ms = req.now_ms + req.ttl_ms;
+  r.first_seen_ms = now_ms;
+  r.expires_at_ms = now_ms + req.ttl_ms;
   r.status = req.status;
   r.headers = req.headers;
   r.response = req.response;

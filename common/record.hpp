@@ -17,8 +17,15 @@ namespace oncegate {
 ///      v                 upstream answered     │
 ///   in_flight ─────────────────────────────────┘
 ///      │  └──────── failure before sending ───> (none, released)
-///      └─────────── upstream may have acted ──> in_doubt
+///      ├─────────── upstream may have acted ──> in_doubt
+///      └─────────── past the forward deadline ─> in_doubt (the alarm)
 /// ~~~
+///
+/// Only completed records expire. An in-flight record has a forward
+/// running (or a claimant that died while forwarding): it turns in-doubt
+/// once its forward deadline passed. An in-doubt record (the upstream may
+/// have acted) stays until an operator settles it. Neither is ever purged
+/// or renewed by the clock.
 enum class record_state : uint8_t {
   in_flight = 0,
   completed = 1,
@@ -80,9 +87,17 @@ typename Inspector::result_type inspect(Inspector& f, record& x) {
            x.headers, x.response, x.signal, x.owner, x.request_id);
 }
 
-/// Returns whether `x` is still live at wall-clock time `now_ms`.
+/// The one expiry rule: a record in `state` with `expires_at_ms` is still
+/// live (decides claims of its key) at `now_ms`. Only completed records
+/// expire; in-flight and in-doubt ones are live until a transition.
+constexpr bool live(record_state state, int64_t expires_at_ms,
+                    int64_t now_ms) {
+  return state != record_state::completed || now_ms < expires_at_ms;
+}
+
+/// Returns whether `x` is still live at time `now_ms` (see above).
 inline bool live(const record& x, int64_t now_ms) {
-  return now_ms < x.expires_at_ms;
+  return live(x.state, x.expires_at_ms, now_ms);
 }
 
 /// A request to own `(route, key)`. The store inserts a record built from
@@ -116,8 +131,13 @@ typename Inspector::result_type inspect(Inspector& f, claim_request& x) {
            x.headers, x.response, x.signal, x.owner, x.request_id);
 }
 
-/// Builds the record that a successful claim stores.
-record make_record(const claim_request& req);
+/// Builds the record that a successful claim stores at time `now_ms`.
+record make_record(const claim_request& req, int64_t now_ms);
+
+/// `make_record(req, req.now_ms)`.
+inline record make_record(const claim_request& req) {
+  return make_record(req, req.now_ms);
+}
 
 /// The decision on a claim plus the record that is live afterwards (the new
 /// one when granted, the existing one otherwise).
@@ -146,11 +166,17 @@ typename Inspector::result_type inspect(Inspector& f, lookup_result& x) {
 enum class transition : uint8_t {
   /// in_flight or in_doubt -> completed(status, response).
   complete = 0,
-  /// Any state -> gone: the next claim executes again.
+  /// Any state -> gone: the next claim executes again. Used by the
+  /// forward that knows nothing was sent, and by an operator's forced
+  /// release.
   release = 1,
   /// in_flight -> in_doubt: the upstream may have acted; never re-executed
   /// automatically.
   in_doubt = 2,
+  /// completed or in_doubt -> gone; an in-flight record is left alone (its
+  /// forward still runs: releasing it would let a retry execute beside it).
+  /// An operator's release.
+  release_settled = 3,
 };
 
 const char* to_string(transition x);
@@ -200,6 +226,19 @@ struct record_page {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, record_page& x) {
   return f(caf::meta::type_name("record_page"), x.records, x.next_after);
+}
+
+/// How many unsettled records of one route are in one state.
+struct unsettled_count {
+  std::string route;
+  record_state state = record_state::in_flight;
+  uint64_t count = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, unsettled_count& x) {
+  return f(caf::meta::type_name("unsettled_count"), x.route, x.state,
+           x.count);
 }
 
 /// What one purge chunk did.

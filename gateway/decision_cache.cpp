@@ -40,7 +40,9 @@ std::optional<cache_hit> decision_cache::lookup(std::string_view routing,
   probe.assign(routing.data(), routing.size());
   std::lock_guard<std::mutex> guard{sh.mtx};
   auto i = sh.map.find(probe);
-  if (i == sh.map.end() || now_ms >= i->second.expires_at_ms)
+  // Only completed records are cached (see `remember`).
+  if (i == sh.map.end()
+      || !live(record_state::completed, i->second.expires_at_ms, now_ms))
     return std::nullopt;
   auto& e = i->second;
   cache_hit hit;

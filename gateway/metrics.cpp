@@ -191,6 +191,26 @@ std::string gateway_metrics::render(const node_metrics& node) const {
   render_histogram(out, "oncegate_store_batch_size",
                    "Operations per store transaction (group commit).",
                    bs.bounds, bs.counts, bs.sum, bs.count);
+  // Every configured route appears (0 when none), so an alert on
+  // `oncegate_records{state="in_doubt"} > 0` needs no absent() guard.
+  header(out, "oncegate_records", "gauge",
+         "Unsettled records by route and state (in_flight: forward "
+         "running; in_doubt: the upstream may have acted, an operator must "
+         "settle it). Counted at the scrape from the store.");
+  for (auto state : {record_state::in_flight, record_state::in_doubt})
+    for (size_t r = 0; r < routes_.size(); ++r) {
+      uint64_t n = 0;
+      for (auto& x : node.store.unsettled)
+        if (x.state == state && x.route == routes_[r])
+          n += x.count;
+      out += "oncegate_records{route=\"";
+      out += routes_[r];
+      out += "\",state=\"";
+      out += to_string(state);
+      out += "\"} ";
+      out += std::to_string(n);
+      out += '\n';
+    }
   metric(out, "oncegate_purged_records_total", "counter",
          "Expired records deleted by the alarm.", node.alarm.purged);
   metric(out, "oncegate_purge_runs_total", "counter",

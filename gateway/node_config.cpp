@@ -62,7 +62,10 @@ node_config::node_config() {
     .add(gateway_actors, "gateway-actors", "gateway (bridge) actors")
     .add(decision_cache, "decision-cache",
          "completed decisions cached for duplicates on HTTP threads "
-         "(entries; 0: off)");
+         "(entries; 0: off)")
+    .add(in_flight_deadline, "in-flight-deadline",
+         "an in-flight record older than this turns in-doubt (0: the "
+         "longest upstream connect + response timeout + 10s)");
   opt_group{custom_options_, "store"}
     .add(max_batch, "max-batch", "operations per transaction at most")
     .add(max_pending, "max-pending",
@@ -152,6 +155,8 @@ std::string node_config::validate() const {
     return "keys.gateway-actors must be within 1..256";
   if (max_batch < 1 || max_pending < max_batch)
     return "store.max-batch must be positive and at most store.max-pending";
+  if (in_flight_deadline < caf::timespan::zero())
+    return "keys.in-flight-deadline must not be negative";
   if (purge_chunk < 1)
     return "alarm.purge-chunk must be positive";
   if (max_connections < 1)
@@ -251,6 +256,73 @@ node_config::webhook_opts(const env_lookup& env, std::string& error) const {
                                 || http_host.rfind("127.", 0) == 0
                                 || http_host == "::1";
   return res;
+}
+
+namespace {
+
+// How long the senders of signed routes retry a delivery, from their docs:
+// Standard Webhooks / Svix about 27.5 h (attempts up to 10 h apart);
+// GitHub lets a delivery be redelivered for 3 days.
+int64_t retry_horizon_ms(auth_mode mode) {
+  constexpr int64_t hour = 3600 * 1000;
+  switch (mode) {
+    case auth_mode::standard_webhooks:
+      return 28 * hour;
+    case auth_mode::github:
+      return 72 * hour;
+    default:
+      return 0;
+  }
+}
+
+std::string human_ms(int64_t ms) {
+  if (ms % (3600 * 1000) == 0)
+    return std::to_string(ms / (3600 * 1000)) + "h";
+  if (ms % 1000 == 0)
+    return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+} // namespace
+
+std::string
+node_config::check_route_ttls(const webhook_options& web,
+                              std::vector<std::string>& warnings) const {
+  auto http_ms = to_ms(response_timeout).count();
+  for (auto& r : web.routes.routes) {
+    auto prefix = "route." + r.name + ".ttl (" + human_ms(r.ttl_ms) + ")";
+    // Without an upstream the record is completed by its claim: nothing
+    // runs that the TTL could cut short.
+    if (r.upstream && r.ttl_ms <= http_ms)
+      return prefix + " must exceed http.response-timeout ("
+             + human_ms(http_ms)
+             + "): a record could expire while its request still runs";
+    if (r.upstream) {
+      auto work = r.upstream->connect_timeout.count()
+                  + r.upstream->response_timeout.count();
+      if (r.ttl_ms <= work)
+        return prefix + " must exceed the upstream's connect + response "
+               "timeouts (" + human_ms(work)
+               + "): a record could expire while its forward still runs";
+    }
+    if (auto horizon = retry_horizon_ms(r.auth); r.ttl_ms < horizon)
+      warnings.push_back(
+        prefix + " is shorter than the " + to_string(r.auth)
+        + " sender's retry horizon (about " + human_ms(horizon)
+        + "): a retry after the TTL executes again; see docs/operations.md");
+  }
+  return {};
+}
+
+int64_t node_config::in_flight_deadline_ms(const webhook_options& web) const {
+  if (in_flight_deadline > caf::timespan::zero())
+    return to_ms(in_flight_deadline).count();
+  int64_t work = to_ms(response_timeout).count();
+  for (auto& r : web.routes.routes)
+    if (r.upstream)
+      work = std::max<int64_t>(work, r.upstream->connect_timeout.count()
+                                       + r.upstream->response_timeout.count());
+  return work + 10'000;
 }
 
 gateway_actor_options node_config::gateway_opts() const {

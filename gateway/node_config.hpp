@@ -57,6 +57,21 @@ public:
   std::optional<webhook_options> webhook_opts(const env_lookup& env,
                                               std::string& error) const;
 
+  /// Checks each route's TTL against the work it bounds: a TTL shorter
+  /// than the upstream's connect + response timeouts, or than
+  /// `http.response-timeout`, could expire a record while its first request
+  /// still runs. Returns an error naming the route, or an empty string.
+  /// Shorter-than-advised TTLs of signed routes (the sender retries for
+  /// longer) are added to `warnings`.
+  std::string check_route_ttls(const webhook_options& web,
+                               std::vector<std::string>& warnings) const;
+
+  /// How long after its claim an in-flight record has outlived every
+  /// forward: `keys.in-flight-deadline`, or (0) the longest upstream
+  /// connect + response timeout (at least `http.response-timeout`) plus a
+  /// margin for the commits around it.
+  int64_t in_flight_deadline_ms(const webhook_options& web) const;
+
   // Top-level options.
   std::string http_host = "127.0.0.1";
   uint16_t http_port = 8080;
@@ -89,6 +104,7 @@ public:
   size_t registry_shards = 1;
   size_t gateway_actors = 1;
   size_t decision_cache = 100'000;
+  caf::timespan in_flight_deadline = caf::timespan::zero();
 
   // [store]
   size_t max_batch = 1024;

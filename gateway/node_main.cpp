@@ -41,7 +41,8 @@ struct release_sink {
       return;
     for (auto& cmd : cmds)
       if (cmd.type == persistence::command::kind::update
-          && cmd.update.op == transition::release)
+          && (cmd.update.op == transition::release
+              || cmd.update.op == transition::release_settled))
         handler->forget_cached(cmd.update.route, cmd.update.key);
   }
 
@@ -216,6 +217,12 @@ int run_node(int argc, char** argv, const run_options& ro) {
     std::cerr << "oncegate: bad configuration: " << error << '\n';
     return 2;
   }
+  std::vector<std::string> warnings;
+  if (auto problem = cfg.check_route_ttls(*web, warnings); !problem.empty()) {
+    std::cerr << "oncegate: bad configuration: " << problem << '\n';
+    return 2;
+  }
+  auto in_flight_deadline = cfg.in_flight_deadline_ms(*web);
   std::optional<cluster::cluster_options> copts;
   if (cfg.clustered()) {
     copts = cfg.cluster_opts(error);
@@ -223,6 +230,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
       std::cerr << "oncegate: bad configuration: " << error << '\n';
       return 2;
     }
+    copts->store.in_flight_deadline_ms = in_flight_deadline;
   }
   if (!cfg.backup_to.empty())
     return backup(cfg);
@@ -232,6 +240,8 @@ int run_node(int argc, char** argv, const run_options& ro) {
               << (cfg.config_file_path.empty() ? std::string{"no file"}
                                                : cfg.config_file_path)
               << ")\n";
+    for (auto& w : warnings)
+      std::cout << "# warning: " << w << '\n';
     print_effective(cfg);
     return 0;
   }
@@ -247,7 +257,11 @@ int run_node(int argc, char** argv, const run_options& ro) {
     std::cerr << "oncegate: bad configuration: " << problem << '\n';
     return 2;
   }
+  for (auto& w : warnings)
+    log::gateway()->warn("config.warning {}", w);
   caf::actor_system sys{cfg};
+  // One clock for the whole node (see `steady_wall_clock`).
+  auto clock = steady_wall_clock();
   auto sink = std::make_shared<release_sink>();
   std::optional<node> single;
   std::unique_ptr<cluster::cluster_node> clustered;
@@ -262,7 +276,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
     if (ro.tweak)
       ro.tweak(nopts, &*copts);
     auto n = cluster::start_cluster_node(sys, std::move(nopts), *copts,
-                                         std::move(hooks));
+                                         std::move(hooks), clock);
     if (!n) {
       log::store()->critical("node.start_failed error={}",
                              sys.render(n.error()));
@@ -273,9 +287,10 @@ int run_node(int argc, char** argv, const run_options& ro) {
                                                     cfg.gateway_opts());
   } else {
     auto nopts = cfg.node_opts();
+    nopts.store_actor.in_flight_deadline_ms = in_flight_deadline;
     if (ro.tweak)
       ro.tweak(nopts, nullptr);
-    auto n = start_node(sys, std::move(nopts));
+    auto n = start_node(sys, std::move(nopts), clock);
     if (!n) {
       log::store()->critical("node.start_failed error={}",
                              sys.render(n.error()));
@@ -286,7 +301,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
   }
   auto exit_code = 0;
   {
-    webhook_handler handler{std::move(*web), *service};
+    webhook_handler handler{std::move(*web), *service, clock};
     sink->attach(&handler);
     auto server = http_server::listen(cfg.http_opts(), handler,
                                                error);
@@ -300,6 +315,19 @@ int run_node(int argc, char** argv, const run_options& ro) {
       std::cout << "oncegate ready http=" << cfg.http_host << ':'
                 << server->port() << std::endl;
       server->run(true);
+      // Forwards answered 202 (`respond-after`) may still run: record their
+      // outcomes before the actors stop, bounded by the shutdown grace (a
+      // forward ends within its upstream timeouts).
+      if (auto n = handler.forwards_in_flight(); n > 0) {
+        log::gateway()->info("node.waiting_for_forwards count={}", n);
+        auto left = handler.wait_for_forwards(cfg.http_opts().shutdown_grace);
+        if (left > 0)
+          log::gateway()->warn("node.forwards_abandoned count={} (in doubt "
+                               "at the next start)",
+                               left);
+        else
+          log::gateway()->info("node.forwards_recorded");
+      }
     }
     sink->attach(nullptr);
   }

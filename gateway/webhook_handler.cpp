@@ -508,6 +508,16 @@ void webhook_handler::forward(const route_config& route,
   };
   auto fl = std::make_shared<flight>();
   fl->done = std::move(done);
+  {
+    std::lock_guard<std::mutex> guard{forwards_mtx_};
+    ++forwards_;
+  }
+  // Counted down once the outcome is recorded (or failed to be).
+  auto recorded = [this] {
+    std::lock_guard<std::mutex> guard{forwards_mtx_};
+    if (--forwards_ == 0)
+      forwards_cv_.notify_all();
+  };
   auto idx = opts_.routes.index_of(route);
   if (route.respond_after.count() > 0)
     upstream_->after(route.respond_after, [fl, info] {
@@ -524,7 +534,8 @@ void webhook_handler::forward(const route_config& route,
                          ? info->key.value
                          : to_hex(sha256(info->key.value));
   upstream_->send(*route.upstream, std::move(up), [this, idx, &route, fl,
-                                                   info](upstream_result res) {
+                                                   info, recorded](
+                                                    upstream_result res) {
     record_update upd;
     upd.route = route.name;
     upd.key = info->key.value;
@@ -554,7 +565,8 @@ void webhook_handler::forward(const route_config& route,
                                : "maybe_sent",
                          route.name, res.status, res.error);
     // The transition is made durable before the sender hears of it.
-    node_.update(std::move(upd), [this, fl, info, res = std::move(res)](
+    node_.update(std::move(upd), [this, fl, info, recorded,
+                                  res = std::move(res)](
                                    reply<update_result> rep) mutable {
       if (rep.ok && rep.value.current.found)
         cache_.remember(info->routing, rep.value.current.rec, info->epoch);
@@ -592,8 +604,20 @@ void webhook_handler::forward(const route_config& route,
           break;
       }
       fl->answer(std::move(out));
+      recorded();
     });
   });
+}
+
+std::size_t webhook_handler::forwards_in_flight() const {
+  std::lock_guard<std::mutex> guard{forwards_mtx_};
+  return forwards_;
+}
+
+std::size_t webhook_handler::wait_for_forwards(std::chrono::milliseconds bound) {
+  std::unique_lock<std::mutex> guard{forwards_mtx_};
+  forwards_cv_.wait_for(guard, bound, [this] { return forwards_ == 0; });
+  return forwards_;
 }
 
 void webhook_handler::handle_admin_list(http_request& req, responder& done) {
@@ -880,14 +904,36 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
       });
   }
   if (req.method == "DELETE") {
+    // An in-flight record's forward is still running: releasing it would
+    // let the sender's next retry execute beside it. Only `force=true`
+    // (the operator knows that forward never reached the upstream) does.
+    auto force_text = query_param(req.target, "force").value_or("false");
+    if (force_text != "true" && force_text != "false")
+      return done(make_problem({400, "bad-request", "Bad request",
+                                "force must be true or false"}));
+    bool force = force_text == "true";
     record_update upd;
     upd.route = route->name;
     upd.key = *key;
-    upd.op = transition::release;
-    log::gateway()->info("[C{}][R{}] admin.release route={}", req.conn_id,
-                         req.req_id, route->name);
+    upd.op = force ? transition::release : transition::release_settled;
+    log::gateway()->info("[C{}][R{}] admin.release route={} force={}",
+                         req.conn_id, req.req_id, route->name, force);
     return admin_update(std::move(upd), std::move(done),
                         [k = *key](const update_result& res) {
+                          if (!res.applied && res.current.found
+                              && res.current.rec.state
+                                   == record_state::in_flight) {
+                            auto out = make_problem(
+                              {409, "in-flight", "Request in flight",
+                               "the first request of this key is still "
+                               "being forwarded; it turns in_doubt if no "
+                               "answer comes by its deadline. DELETE with "
+                               "force=true releases it anyway (a retry may "
+                               "then execute while the first still runs)"},
+                              k);
+                            out.set("Retry-After", "1");
+                            return out;
+                          }
                           if (!res.applied)
                             return not_found("no record for this key");
                           std::string body = R"({"released":true,"key":)";

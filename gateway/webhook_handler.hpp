@@ -2,7 +2,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <string>
 
 #include "common/clock.hpp"
@@ -58,6 +61,15 @@ public:
   /// through another node). Thread-safe.
   void forget_cached(const std::string& route, const std::string& key);
 
+  /// Forwards started and not yet recorded (their outcome durable).
+  std::size_t forwards_in_flight() const;
+
+  /// Waits until every forward started so far has its outcome recorded, or
+  /// `bound` passed; returns how many are still running. A clean stop calls
+  /// it after the HTTP server stopped: a forward already answered `202`
+  /// runs on, and leaving it would turn its key in-doubt at the next start.
+  std::size_t wait_for_forwards(std::chrono::milliseconds bound);
+
 private:
   struct key_info;
 
@@ -78,6 +90,10 @@ private:
   wall_clock_fn now_;
   decision_cache cache_;
   gateway_metrics metrics_;
+  /// Forwards in flight (see `wait_for_forwards`).
+  mutable std::mutex forwards_mtx_;
+  std::condition_variable forwards_cv_;
+  std::size_t forwards_ = 0;
   /// Last member: destroyed first, so its thread stops before anything its
   /// callbacks use goes away.
   std::unique_ptr<upstream_client> upstream_;

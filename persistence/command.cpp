@@ -1,5 +1,6 @@
 #include "persistence/command.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/errc.hpp"
@@ -221,7 +222,7 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
         auto& u = cmd.update;
         uint8_t op = 0;
         ok = r.str(u.route) && r.str(u.key) && r.u8(op)
-             && op <= static_cast<uint8_t>(transition::in_doubt)
+             && op <= static_cast<uint8_t>(transition::release_settled)
              && r.i64(u.first_seen_ms) && r.u16(u.status) && r.str(u.headers)
              && r.str(u.response) && r.u64(u.request_id);
         u.op = static_cast<transition>(op);
@@ -264,26 +265,38 @@ apply_batch(sqlite_store& db, uint64_t index,
     db.rollback();
     return results;
   }
+  // The store's clock: the latest time a claim or purge carried, never
+  // moving backwards. Every replica computes it from the same entries, so they all
+  // decide at the same time; a proposer whose clock is behind (a new leader,
+  // a clock stepped back) cannot make records live longer or shorter than
+  // they were decided, and one that is ahead moves time forward for all.
+  auto clock = db.clock_ms();
+  if (!clock)
+    return fail(std::move(clock.error()));
+  auto now = *clock;
+  auto start_clock = now;
   results.resize(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     auto& cmd = batch[i];
     switch (cmd.type) {
       case command::kind::claim: {
-        auto res = db.claim(cmd.claim);
+        now = std::max(now, cmd.claim.now_ms);
+        auto res = db.claim(cmd.claim, now);
         if (!res)
           return fail(std::move(res.error()));
         results[i].claim = std::move(*res);
         break;
       }
       case command::kind::update: {
-        auto res = db.update(cmd.update);
+        auto res = db.update(cmd.update, now);
         if (!res)
           return fail(std::move(res.error()));
         results[i].update = std::move(*res);
         break;
       }
       case command::kind::purge: {
-        auto res = db.purge(cmd.now_ms, cmd.limit);
+        now = std::max(now, cmd.now_ms);
+        auto res = db.purge(now, cmd.limit);
         if (!res)
           return fail(std::move(res.error()));
         results[i].purged = *res;
@@ -298,6 +311,9 @@ apply_batch(sqlite_store& db, uint64_t index,
       }
     }
   }
+  if (now != start_clock)
+    if (auto err = db.set_clock_ms(now))
+      return fail(std::move(err));
   if (auto err = db.set_applied_index(index))
     return fail(std::move(err));
   if (auto err = db.commit())

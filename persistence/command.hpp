@@ -57,8 +57,11 @@ struct command_result {
 /// below the recorded applied index was applied before a restart and is
 /// skipped (answered with no results). Every replica computes the same
 /// results from the same entries: decisions depend only on the entries'
-/// contents (claim and purge timestamps are the proposer's), never on the
-/// local clock.
+/// contents, never on the local clock. Time is the store's clock
+/// (`sqlite_store::clock_ms`): the latest claim or purge timestamp applied
+/// so far, so it never moves backwards; a claim is decided (and its record
+/// stamped) at `max(clock, claim.now_ms)`, a purge deletes what had expired
+/// at `max(clock, purge.now_ms)`.
 caf::expected<std::vector<command_result>>
 apply_batch(sqlite_store& db, uint64_t index,
             const std::vector<command>& batch);

@@ -49,6 +49,11 @@ const char* const migrations[] = {
   // in-flight records can be doubted when it restarts.
   "ALTER TABLE records ADD COLUMN owner INTEGER NOT NULL DEFAULT 0;"
   "ALTER TABLE records ADD COLUMN request_id INTEGER NOT NULL DEFAULT 0;",
+  // 3 -> 4: only completed records expire (in-flight and in-doubt ones wait
+  // for a transition), so the expiry index holds completed records only and
+  // purges never meet an unsettled one.
+  "DROP INDEX records_by_expiry;"
+  "CREATE INDEX records_expiry ON records(expires_at_ms) WHERE state = 1;",
 };
 
 static_assert(std::size(migrations) == sqlite_store::schema_version);
@@ -70,6 +75,7 @@ enum stmt_id : size_t {
   stmt_complete,
   stmt_mark_in_doubt,
   stmt_release,
+  stmt_release_settled,
   stmt_list_state,
   stmt_doubt,
   stmt_purge,
@@ -79,6 +85,9 @@ enum stmt_id : size_t {
   stmt_set_version,
   stmt_get_applied,
   stmt_set_applied,
+  stmt_get_clock,
+  stmt_set_clock,
+  stmt_unsettled,
   stmt_count_ids, // number of statements
 };
 
@@ -109,7 +118,11 @@ const char* const statements[stmt_count_ids] = {
   "  owner, request_id)"
   "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
   // stmt_complete: from in_flight (0) or in_doubt (2) to completed (1).
-  "UPDATE records SET state = 1, status = ?3, response = ?4, headers = ?6"
+  // A completion that comes late (an in-doubt record settled after its TTL)
+  // still protects the key for a whole TTL from now (?8): otherwise the
+  // sender's next retry would find it expired and execute again.
+  "UPDATE records SET state = 1, status = ?3, response = ?4, headers = ?6,"
+  "  expires_at_ms = MAX(expires_at_ms, ?8 + (expires_at_ms - first_seen_ms))"
   "  WHERE route = ?1 AND key = ?2 AND state IN (0, 2)"
   "    AND (?5 = 0 OR first_seen_ms = ?5) AND (?7 = 0 OR request_id = ?7)",
   // stmt_mark_in_doubt: from in_flight (0) to in_doubt (2).
@@ -120,6 +133,11 @@ const char* const statements[stmt_count_ids] = {
   "DELETE FROM records"
   "  WHERE route = ?1 AND key = ?2 AND (?3 = 0 OR first_seen_ms = ?3)"
   "    AND (?4 = 0 OR request_id = ?4)",
+  // stmt_release_settled: like stmt_release, but never an in-flight (0)
+  // record: its forward still runs.
+  "DELETE FROM records"
+  "  WHERE route = ?1 AND key = ?2 AND (?3 = 0 OR first_seen_ms = ?3)"
+  "    AND (?4 = 0 OR request_id = ?4) AND state != 0",
   // stmt_list_state: through the unsettled index (state != 1; only for
   // the unsettled states it lists).
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
@@ -132,12 +150,13 @@ const char* const statements[stmt_count_ids] = {
   // WHERE so that SQLite uses the index instead of scanning every record.
   "UPDATE records SET state = 2 WHERE state = 0 AND state != 1"
   "  AND (?1 = 0 OR owner = ?1) AND first_seen_ms < ?2",
-  // stmt_purge: oldest first through the expiry index, bounded.
+  // stmt_purge: completed records only (the one expiry rule, see
+  // `live`), oldest first through the expiry index, bounded.
   "DELETE FROM records WHERE rowid IN ("
-  "  SELECT rowid FROM records WHERE expires_at_ms <= ?1"
+  "  SELECT rowid FROM records WHERE state = 1 AND expires_at_ms <= ?1"
   "  ORDER BY expires_at_ms LIMIT ?2)",
-  // stmt_next_expiry
-  "SELECT MIN(expires_at_ms) FROM records",
+  // stmt_next_expiry: of completed records (the others never expire).
+  "SELECT MIN(expires_at_ms) FROM records WHERE state = 1",
   // stmt_count
   "SELECT COUNT(*) FROM records",
   // stmt_get_version
@@ -148,6 +167,13 @@ const char* const statements[stmt_count_ids] = {
   "SELECT value FROM meta WHERE name = 'applied_index'",
   // stmt_set_applied
   "INSERT OR REPLACE INTO meta(name, value) VALUES('applied_index', ?1)",
+  // stmt_get_clock
+  "SELECT value FROM meta WHERE name = 'clock_ms'",
+  // stmt_set_clock
+  "INSERT OR REPLACE INTO meta(name, value) VALUES('clock_ms', ?1)",
+  // stmt_unsettled: through the unsettled index.
+  "SELECT route, state, COUNT(*) FROM records WHERE state != 1"
+  "  GROUP BY route, state",
 };
 
 caf::error sqlite_error(sqlite3* db, const char* what) {
@@ -527,7 +553,8 @@ void sqlite_store::rollback() {
   impl_->in_txn = false;
 }
 
-caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
+caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
+                                                int64_t now_ms) {
   auto db = impl_->db;
   claim_result result;
   auto bind_new = [&](sqlite3_stmt* st, const record& rec) {
@@ -545,7 +572,7 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
     sqlite3_bind_int64(st, 12, static_cast<int64_t>(rec.request_id));
   };
   {
-    result.rec = make_record(req);
+    result.rec = make_record(req, now_ms);
     auto st = impl_->stmts[stmt_insert_new];
     stmt_guard guard{st};
     bind_new(st, result.rec);
@@ -573,7 +600,7 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
         return sqlite_error(db, "select record");
     }
   }
-  if (existed && live(result.rec, req.now_ms)) {
+  if (existed && live(result.rec, now_ms)) {
     auto& rec = result.rec;
     if (rec.fingerprint != req.fingerprint)
       result.outcome = decision::mismatch;
@@ -585,7 +612,7 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
     return result;
   }
   result.outcome = existed ? decision::renewed : decision::accepted;
-  result.rec = make_record(req);
+  result.rec = make_record(req, now_ms);
   auto st = impl_->stmts[stmt_upsert_record];
   stmt_guard guard{st};
   bind_new(st, result.rec);
@@ -594,7 +621,8 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req) {
   return result;
 }
 
-caf::expected<update_result> sqlite_store::update(const record_update& upd) {
+caf::expected<update_result> sqlite_store::update(const record_update& upd,
+                                                  int64_t now_ms) {
   stmt_id id = stmt_complete;
   switch (upd.op) {
     case transition::complete:
@@ -605,6 +633,9 @@ caf::expected<update_result> sqlite_store::update(const record_update& upd) {
       break;
     case transition::release:
       id = stmt_release;
+      break;
+    case transition::release_settled:
+      id = stmt_release_settled;
       break;
   }
   {
@@ -618,6 +649,7 @@ caf::expected<update_result> sqlite_store::update(const record_update& upd) {
       sqlite3_bind_int64(st, 5, upd.first_seen_ms);
       bind_blob(st, 6, upd.headers);
       sqlite3_bind_int64(st, 7, static_cast<int64_t>(upd.request_id));
+      sqlite3_bind_int64(st, 8, now_ms);
     } else {
       sqlite3_bind_int64(st, 3, upd.first_seen_ms);
       sqlite3_bind_int64(st, 4, static_cast<int64_t>(upd.request_id));
@@ -732,6 +764,42 @@ caf::expected<uint64_t> sqlite_store::applied_index() {
       return uint64_t{0};
     default:
       return sqlite_error(impl_->db, "read applied index");
+  }
+}
+
+caf::expected<int64_t> sqlite_store::clock_ms() {
+  auto st = impl_->stmts[stmt_get_clock];
+  stmt_guard guard{st};
+  switch (sqlite3_step(st)) {
+    case SQLITE_ROW:
+      return sqlite3_column_int64(st, 0);
+    case SQLITE_DONE:
+      return int64_t{0};
+    default:
+      return sqlite_error(impl_->db, "read clock");
+  }
+}
+
+caf::error sqlite_store::set_clock_ms(int64_t now_ms) {
+  sqlite3_bind_int64(impl_->stmts[stmt_set_clock], 1, now_ms);
+  return impl_->step_done(stmt_set_clock);
+}
+
+caf::expected<std::vector<unsettled_count>> sqlite_store::unsettled() {
+  auto st = impl_->stmts[stmt_unsettled];
+  stmt_guard guard{st};
+  std::vector<unsettled_count> result;
+  for (;;) {
+    auto rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+      return result;
+    if (rc != SQLITE_ROW)
+      return sqlite_error(impl_->db, "count unsettled records");
+    unsettled_count x;
+    x.route = column_blob(st, 0);
+    x.state = static_cast<record_state>(sqlite3_column_int(st, 1));
+    x.count = static_cast<uint64_t>(sqlite3_column_int64(st, 2));
+    result.push_back(std::move(x));
   }
 }
 

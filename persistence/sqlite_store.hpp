@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
@@ -46,7 +47,7 @@ struct store_options {
 class sqlite_store {
 public:
   /// The schema version this build writes.
-  static constexpr int schema_version = 3;
+  static constexpr int schema_version = 4;
 
   /// Opens (creating or migrating) the database: the writer. Fails with
   /// `errc::storage_failure` (SQLite's message as context) or
@@ -77,14 +78,38 @@ public:
   /// Abandons the open transaction, if any.
   void rollback();
 
-  /// Decides a claim inside the open transaction: inserts a record built from
-  /// `req` unless a record that is live at `req.now_ms` exists.
-  caf::expected<claim_result> claim(const claim_request& req);
+  /// Decides a claim inside the open transaction at time `now_ms` (the
+  /// store's clock, see `apply_batch`): inserts a record built from `req`
+  /// unless a record that is live at `now_ms` exists.
+  caf::expected<claim_result> claim(const claim_request& req, int64_t now_ms);
 
-  /// Applies a state change inside the open transaction. Not applied (and
-  /// nothing changed) when no record exists, the instance differs, or the
-  /// current state does not allow it.
-  caf::expected<update_result> update(const record_update& upd);
+  /// `claim(req, req.now_ms)`.
+  caf::expected<claim_result> claim(const claim_request& req) {
+    return claim(req, req.now_ms);
+  }
+
+  /// Applies a state change inside the open transaction at time `now_ms`
+  /// (a completion protects the key for at least a TTL from then). Not
+  /// applied (and nothing changed) when no record exists, the instance
+  /// differs, or the current state does not allow it.
+  caf::expected<update_result> update(const record_update& upd,
+                                      int64_t now_ms);
+
+  /// `update(upd, 0)`: for tests.
+  caf::expected<update_result> update(const record_update& upd) {
+    return update(upd, 0);
+  }
+
+  /// The store's clock: the latest time an applied claim or purge carried
+  /// (0: none yet). It never moves backwards, whatever the clocks of the
+  /// proposers do (see `apply_batch`).
+  caf::expected<int64_t> clock_ms();
+
+  /// Sets the store's clock, inside the open transaction.
+  caf::error set_clock_ms(int64_t now_ms);
+
+  /// Number of unsettled (in-flight, in-doubt) records per route and state.
+  caf::expected<std::vector<unsettled_count>> unsettled();
 
   /// Lists up to `limit` records of `route` in `state` with keys after
   /// `after` (key order), for operators (in-doubt keys).
@@ -106,11 +131,13 @@ public:
   caf::expected<lookup_result> load(const std::string& route,
                                     const std::string& key);
 
-  /// Deletes up to `limit` records with `expires_at_ms <= now_ms`, oldest
-  /// first, inside the open transaction.
+  /// Deletes up to `limit` completed records with `expires_at_ms <= now_ms`,
+  /// oldest first, inside the open transaction. Unsettled records are never
+  /// purged.
   caf::expected<uint64_t> purge(int64_t now_ms, uint32_t limit);
 
-  /// Earliest `expires_at_ms` of all records, or -1 when there are none.
+  /// Earliest `expires_at_ms` of all completed records, or -1 when there
+  /// are none.
   caf::expected<int64_t> next_expiry();
 
   /// Number of stored records.

@@ -40,7 +40,7 @@ struct waiter {
         purge_rp.deliver(err);
         break;
       case command::kind::doubt:
-        break; // a single node doubts at start, never through this queue
+        break; // queued by a purge, which answers for both
     }
   }
 };
@@ -115,7 +115,11 @@ struct store_state {
           break;
         }
         case command::kind::doubt:
-          break; // never queued here (see `waiter::fail`)
+          if (res.doubted > 0)
+            log::store()->warn("store.in_flight_doubted count={} reason="
+                               "past_forward_deadline",
+                               res.doubted);
+          break; // queued by a purge (see `waiter::fail`)
       }
     }
   }
@@ -216,6 +220,15 @@ store_actor::behavior_type store_impl(store_pointer self,
       return std::move(*res);
     },
     [self](purge_atom, int64_t now_ms, uint32_t limit) {
+      // Records in flight past their forward deadline turn in-doubt first
+      // (no one waits for that answer), then the expired ones go.
+      if (self->state.opts.in_flight_deadline_ms > 0) {
+        command doubt;
+        doubt.type = command::kind::doubt;
+        doubt.owner = 0;
+        doubt.before_ms = now_ms - self->state.opts.in_flight_deadline_ms;
+        enqueue(self, std::move(doubt), waiter{});
+      }
       command cmd;
       cmd.type = command::kind::purge;
       cmd.now_ms = now_ms;
@@ -240,7 +253,12 @@ store_actor::behavior_type store_impl(store_pointer self,
         return std::move(res.error());
       return *res;
     },
-    [self](stats_atom) { return self->state.stats; },
+    [self](stats_atom) {
+      auto stats = self->state.stats;
+      if (auto xs = self->state.db->unsettled())
+        stats.unsettled = std::move(*xs);
+      return stats;
+    },
     [self](count_atom) -> caf::result<uint64_t> {
       auto res = self->state.db->count();
       if (!res)

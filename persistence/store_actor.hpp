@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/fwd.hpp>
 #include <caf/meta/type_name.hpp>
@@ -30,13 +31,16 @@ struct store_stats {
   histogram commit_seconds{histogram::latency_bounds()};
   /// Operations per transaction.
   histogram batch_size{histogram::size_bounds()};
+  /// Unsettled records per route and state, counted when the stats are
+  /// asked for (through the unsettled index: cheap while few are).
+  std::vector<unsettled_count> unsettled;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, store_stats& x) {
   return f(caf::meta::type_name("store_stats"), x.commits, x.failed_commits,
            x.committed_ops, x.purged, x.max_batch, x.commit_seconds,
-           x.batch_size);
+           x.batch_size, x.unsettled);
 }
 
 /// The store: the one place where decisions become durable.
@@ -75,6 +79,10 @@ struct store_actor_options {
   /// Operations waiting for a transaction at most; beyond, new operations
   /// fail at once with `errc::overloaded`.
   uint32_t max_pending = 65536;
+  /// An in-flight record first seen this long ago has outlived every
+  /// forward (connect + response timeouts): each purge turns such records
+  /// in-doubt. 0: never.
+  int64_t in_flight_deadline_ms = 0;
   /// BROKEN ON PURPOSE, for fault-injection tests only (the product never
   /// sets it): claims are answered from a read before they are written, and
   /// batches commit 100 ms later. The drill suite must catch a node built

@@ -57,7 +57,7 @@ CAF_TEST(the alarm purges expired records in bounded chunks) {
   CAF_CHECK_EQUAL(st.purged, 250u);
   // Three chunks of at most 100, each its own transaction.
   CAF_CHECK(st.runs >= 4u);
-  CAF_CHECK_EQUAL(st.next_due_ms, 1'000'000 + 3'600'000);
+  CAF_CHECK_EQUAL(st.next_due_ms, 3'600'000);
   CAF_CHECK_EQUAL(records(), 20u);
 }
 

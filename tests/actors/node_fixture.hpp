@@ -14,7 +14,7 @@ struct node_fixture : test_coordinator_fixture<test_config> {
   /// Survives a restart of the node within one test.
   std::shared_ptr<temp_dir> dir = std::make_shared<temp_dir>();
   /// The fake wall clock (ms), read by the alarm actor.
-  std::shared_ptr<int64_t> wall = std::make_shared<int64_t>(1'000'000);
+  std::shared_ptr<int64_t> wall = std::make_shared<int64_t>(0);
   node_options opts;
   node n;
 

@@ -218,4 +218,66 @@ CAF_TEST(replicas applying the same entries reach the same state) {
   CAF_CHECK_EQUAL(a->next_expiry(), b->next_expiry());
 }
 
+CAF_TEST(the store clock never moves backwards whatever the proposers say) {
+  auto db = open();
+  // ttl 60 s (make_claim's default).
+  std::vector<command> first(1);
+  first[0].claim = make_claim("k", 100000);
+  CAF_REQUIRE(apply_batch(*db, 1, first));
+  CAF_CHECK_EQUAL(db->clock_ms(), 100000);
+  // A proposer whose clock is two hours behind: its claim is decided and
+  // stamped at the store's clock, not at its own.
+  std::vector<command> behind(1);
+  behind[0].claim = make_claim("j", 100000 - 7200000);
+  auto res = apply_batch(*db, 2, behind);
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL((*res)[0].claim.rec.first_seen_ms, 100000);
+  CAF_CHECK_EQUAL((*res)[0].claim.rec.expires_at_ms, 160000);
+  CAF_CHECK_EQUAL(db->clock_ms(), 100000);
+  // A purge from a clock two hours behind purges nothing.
+  std::vector<command> purge(1);
+  purge[0].type = command::kind::purge;
+  purge[0].now_ms = 100000 - 7200000;
+  purge[0].limit = 100;
+  auto purged = apply_batch(*db, 3, purge);
+  CAF_REQUIRE(purged);
+  CAF_CHECK_EQUAL((*purged)[0].purged, 0u);
+  CAF_CHECK_EQUAL(db->clock_ms(), 100000);
+  CAF_CHECK_EQUAL(db->count(), 2u);
+  // Time moves on with the latest proposer; the clock survives a reopen.
+  std::vector<command> later(1);
+  later[0].claim = make_claim("k", 160000);
+  auto renewed = apply_batch(*db, 4, later);
+  CAF_REQUIRE(renewed);
+  CAF_CHECK_EQUAL((*renewed)[0].claim.outcome, decision::renewed);
+  db.reset();
+  db = open();
+  CAF_CHECK_EQUAL(db->clock_ms(), 160000);
+  // Wherever the next claim's own clock stands, it cannot renew `j`, which
+  // is live until 160000 at the store's clock: here it just expired.
+  std::vector<command> again(1);
+  again[0].claim = make_claim("j", 5);
+  auto r2 = apply_batch(*db, 5, again);
+  CAF_REQUIRE(r2);
+  CAF_CHECK_EQUAL((*r2)[0].claim.outcome, decision::renewed);
+  CAF_CHECK_EQUAL((*r2)[0].claim.rec.first_seen_ms, 160000);
+}
+
+CAF_TEST(an entry with an operator release of a settled record round trips) {
+  std::vector<command> batch(1);
+  batch[0].type = command::kind::update;
+  batch[0].update.route = "default";
+  batch[0].update.key = "k";
+  batch[0].update.op = transition::release_settled;
+  auto decoded = decode_batch(encode_batch(batch));
+  CAF_REQUIRE(decoded);
+  CAF_CHECK_EQUAL((*decoded)[0].update.op, transition::release_settled);
+  auto bad = encode_batch(batch);
+  // The op byte sits after magic, count, kind and two length-prefixed
+  // strings ("default", "k").
+  auto op_at = 4 + 4 + 1 + (4 + 7) + (4 + 1);
+  bad[op_at] = 4;
+  CAF_CHECK(!decode_batch(bad));
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

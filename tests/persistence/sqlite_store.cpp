@@ -294,7 +294,7 @@ CAF_TEST(a version 1 database is migrated and keeps its records) {
     sqlite3_close(raw);
   }
   auto db = open();
-  CAF_CHECK_EQUAL(db->version(), 3);
+  CAF_CHECK_EQUAL(db->version(), sqlite_store::schema_version);
   auto rec = db->load("default", "old");
   CAF_REQUIRE(rec && rec->found);
   CAF_CHECK_EQUAL(rec->rec.response, "ok");
@@ -307,7 +307,7 @@ CAF_TEST(a version 1 database is migrated and keeps its records) {
 CAF_TEST(a version 2 database is migrated and keeps its records) {
   write_v2_database(opts.path);
   auto db = open();
-  CAF_CHECK_EQUAL(db->version(), 3);
+  CAF_CHECK_EQUAL(db->version(), sqlite_store::schema_version);
   auto rec = db->load("default", "old");
   CAF_REQUIRE(rec && rec->found);
   CAF_CHECK_EQUAL(rec->rec.state, record_state::in_flight);
@@ -480,10 +480,13 @@ CAF_TEST(only the same owner request id and payload count as asking again) {
   claim(*db, attempt("k2", 1000, 2, 0));
   CAF_CHECK_EQUAL(claim(*db, attempt("k2", 1100, 2, 0)).outcome,
                   decision::duplicate);
-  // Once the record expired, the attempt renews it like anyone else.
+  // An in-flight record never expires: long after its TTL the attempt
+  // still finds its own record, and anyone else a duplicate.
   auto late = claim(*db, attempt("k1", 61000, 2, 77));
-  CAF_CHECK_EQUAL(late.outcome, decision::renewed);
-  CAF_CHECK_EQUAL(late.rec.first_seen_ms, 61000);
+  CAF_CHECK_EQUAL(late.outcome, decision::accepted);
+  CAF_CHECK_EQUAL(late.rec.first_seen_ms, 1000);
+  CAF_CHECK_EQUAL(claim(*db, attempt("k1", 61000, 2, 79)).outcome,
+                  decision::duplicate);
 }
 
 CAF_TEST(an update naming a request attempt changes only its record) {
@@ -552,7 +555,8 @@ CAF_TEST(a reader sees the commits of the writer and cannot write) {
   CAF_REQUIRE(seen && seen->found);
   CAF_CHECK_EQUAL(seen->rec.request_id, 77u);
   CAF_CHECK_EQUAL(reader->count(), 1u);
-  CAF_CHECK_EQUAL(reader->next_expiry(), 61000);
+  // In flight: never expires, so no expiry is due.
+  CAF_CHECK_EQUAL(reader->next_expiry(), -1);
   auto page = reader->list("default", record_state::in_flight, "", 10);
   CAF_REQUIRE(page);
   CAF_CHECK_EQUAL(page->records.size(), 1u);
@@ -679,7 +683,7 @@ CAF_TEST(an image of an older schema is migrated after restoring it) {
   auto db = open();
   claim(*db, make_claim("mine", 1000));
   CAF_REQUIRE(!db->restore_image(read_file(old_path)));
-  CAF_CHECK_EQUAL(db->version(), 3);
+  CAF_CHECK_EQUAL(db->version(), sqlite_store::schema_version);
   CAF_CHECK_EQUAL(db->applied_index(), 7u);
   CAF_CHECK_EQUAL(db->count(), 1u);
   CAF_CHECK_EQUAL(claim(*db, attempt("x", 1000, 1, 1)).rec.request_id, 1u);
@@ -737,6 +741,130 @@ CAF_TEST(a bad image is refused and leaves the database as it was) {
   auto rec = db->load("default", "k1");
   CAF_REQUIRE(rec);
   CAF_CHECK(rec->found);
+}
+
+
+
+namespace {
+
+// Turns the record of `key` into in_doubt (claimed in flight at `now`).
+void make_in_doubt(sqlite_store& db, const std::string& key, int64_t now) {
+  CAF_REQUIRE(!db.begin());
+  CAF_REQUIRE(db.claim(attempt(key, now, 0, 0)));
+  record_update upd;
+  upd.route = "default";
+  upd.key = key;
+  upd.op = transition::in_doubt;
+  auto res = db.update(upd, now);
+  CAF_REQUIRE(res && res->applied);
+  CAF_REQUIRE(!db.commit());
+}
+
+} // namespace
+
+CAF_TEST(in doubt and in flight records never expire nor are purged) {
+  auto db = open();
+  make_in_doubt(*db, "doubt", 1000);
+  claim(*db, attempt("flight", 1000, 0, 0));
+  claim(*db, make_claim("done", 1000));
+  // Far past every TTL: only the completed record expires and is purged.
+  auto far = int64_t{1000} + 365LL * 24 * 3600 * 1000;
+  CAF_CHECK_EQUAL(claim(*db, make_claim("doubt", far)).outcome,
+                  decision::duplicate);
+  CAF_CHECK_EQUAL(claim(*db, make_claim("flight", far)).outcome,
+                  decision::duplicate);
+  CAF_CHECK_EQUAL(db->next_expiry(), 61000);
+  CAF_REQUIRE(!db->begin());
+  CAF_CHECK_EQUAL(db->purge(far, 100), 1u);
+  CAF_REQUIRE(!db->commit());
+  CAF_CHECK_EQUAL(db->next_expiry(), -1);
+  CAF_CHECK_EQUAL(db->count(), 2u);
+  // A mismatch is refused too: the key is taken until it is settled.
+  CAF_CHECK_EQUAL(claim(*db, make_claim("doubt", far, "{\"x\":1}")).outcome,
+                  decision::mismatch);
+}
+
+CAF_TEST(a late completion protects the key for a whole ttl from then) {
+  auto db = open();
+  make_in_doubt(*db, "k", 1000);
+  // Settled by an operator long after the TTL (60 s) had passed.
+  record_update upd;
+  upd.route = "default";
+  upd.key = "k";
+  upd.op = transition::complete;
+  upd.status = 200;
+  CAF_REQUIRE(!db->begin());
+  auto res = db->update(upd, 500000);
+  CAF_REQUIRE(!db->commit());
+  CAF_REQUIRE(res && res->applied);
+  CAF_CHECK_EQUAL(res->current.rec.expires_at_ms, 560000);
+  CAF_CHECK_EQUAL(claim(*db, make_claim("k", 559999)).outcome,
+                  decision::duplicate);
+  CAF_CHECK_EQUAL(claim(*db, make_claim("k", 560000)).outcome,
+                  decision::renewed);
+}
+
+CAF_TEST(an operator release leaves an in flight record alone) {
+  auto db = open();
+  claim(*db, attempt("flight", 1000, 0, 0));
+  make_in_doubt(*db, "doubt", 1000);
+  record_update upd;
+  upd.route = "default";
+  upd.op = transition::release_settled;
+  upd.key = "flight";
+  CAF_REQUIRE(!db->begin());
+  auto kept = db->update(upd, 2000);
+  upd.key = "doubt";
+  auto gone = db->update(upd, 2000);
+  CAF_REQUIRE(!db->commit());
+  CAF_REQUIRE(kept && gone);
+  CAF_CHECK(!kept->applied);
+  CAF_CHECK(kept->current.found);
+  CAF_CHECK_EQUAL(kept->current.rec.state, record_state::in_flight);
+  CAF_CHECK(gone->applied);
+  CAF_CHECK(!gone->current.found);
+  // A forced release (plain `release`) takes it.
+  upd.key = "flight";
+  upd.op = transition::release;
+  CAF_REQUIRE(!db->begin());
+  auto forced = db->update(upd, 2000);
+  CAF_REQUIRE(!db->commit());
+  CAF_REQUIRE(forced);
+  CAF_CHECK(forced->applied);
+}
+
+CAF_TEST(unsettled records are counted per route and state) {
+  auto db = open();
+  claim(*db, attempt("a", 1000, 0, 0));
+  claim(*db, attempt("b", 1000, 0, 0));
+  make_in_doubt(*db, "c", 1000);
+  claim(*db, make_claim("d", 1000));
+  auto xs = db->unsettled();
+  CAF_REQUIRE(xs);
+  uint64_t flight = 0;
+  uint64_t doubt = 0;
+  for (auto& x : *xs) {
+    CAF_CHECK_EQUAL(x.route, "default");
+    if (x.state == record_state::in_flight)
+      flight += x.count;
+    else if (x.state == record_state::in_doubt)
+      doubt += x.count;
+    else
+      CAF_FAIL("a completed record counted as unsettled");
+  }
+  CAF_CHECK_EQUAL(flight, 2u);
+  CAF_CHECK_EQUAL(doubt, 1u);
+}
+
+CAF_TEST(the store clock is kept in the file) {
+  auto db = open();
+  CAF_CHECK_EQUAL(db->clock_ms(), 0);
+  CAF_REQUIRE(!db->begin());
+  CAF_REQUIRE(!db->set_clock_ms(5000));
+  CAF_REQUIRE(!db->commit());
+  db.reset();
+  db = open();
+  CAF_CHECK_EQUAL(db->clock_ms(), 5000);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

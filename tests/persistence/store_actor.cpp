@@ -185,4 +185,53 @@ CAF_TEST(the store commits queued claims before it exits) {
   CAF_CHECK_EQUAL(db->count(), 1u);
 }
 
+CAF_TEST(a purge turns records in flight past their deadline in doubt) {
+  anon_send_exit(store, caf::exit_reason::user_shutdown);
+  sched.run();
+  store_actor_options opts;
+  opts.in_flight_deadline_ms = 10'000;
+  store = spawn_store(sys, db, opts, false);
+  sched.run();
+  auto in_flight = [](const std::string& key, int64_t now) {
+    auto req = make_claim(key, now, "{}", 1'000);
+    req.initial_state = record_state::in_flight;
+    return req;
+  };
+  auto a = ask<claim_result>(sys, store, claim_atom::value, in_flight("a", 0));
+  auto b = ask<claim_result>(sys, store, claim_atom::value,
+                             in_flight("b", 5'000));
+  sched.run();
+  CAF_REQUIRE(*a && **a && *b && **b);
+  auto purge = [&](int64_t now) {
+    auto res = ask<purge_result>(sys, store, purge_atom::value, now,
+                                 uint32_t{100});
+    sched.run();
+    CAF_REQUIRE(*res && **res);
+    return ***res;
+  };
+  auto state_of = [&](const std::string& key) {
+    auto res = ask<lookup_result>(sys, store, get_atom::value,
+                                  std::string{"default"}, key);
+    sched.run();
+    CAF_REQUIRE(*res && **res);
+    CAF_REQUIRE((**res)->found);
+    return (**res)->rec.state;
+  };
+  // Past the TTL (1 s) but within the deadline: still in flight, and no
+  // purge touches it.
+  CAF_CHECK_EQUAL(purge(9'999).purged, 0u);
+  CAF_CHECK_EQUAL(state_of("a"), record_state::in_flight);
+  // Past the deadline of `a` only.
+  CAF_CHECK_EQUAL(purge(12'000).purged, 0u);
+  CAF_CHECK_EQUAL(state_of("a"), record_state::in_doubt);
+  CAF_CHECK_EQUAL(state_of("b"), record_state::in_flight);
+  auto st = stats();
+  CAF_REQUIRE_EQUAL(st.unsettled.size(), 2u);
+  CAF_CHECK_EQUAL(records(), 2u);
+  // Neither is ever purged, however late.
+  CAF_CHECK_EQUAL(purge(1'000'000'000).purged, 0u);
+  CAF_CHECK_EQUAL(state_of("b"), record_state::in_doubt);
+  CAF_CHECK_EQUAL(records(), 2u);
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
