@@ -29,12 +29,38 @@ void node::shutdown() {
 }
 
 caf::error prepare_data_dir(node_options& opts) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  std::filesystem::create_directories(opts.data_dir, ec);
+  fs::create_directories(opts.data_dir, ec);
   if (ec)
     return make_error(errc::storage_failure,
                       "cannot create data dir " + opts.data_dir + ": "
                         + ec.message());
+  // The database, its WAL and the Raft log hold signal bodies, which may
+  // carry passphrases: the owner alone may read them, whatever the umask of
+  // whoever starts the node (new files follow the umask the program sets;
+  // this repairs what an older version or an operator left open).
+  constexpr auto private_dir = fs::perms::owner_all;
+  constexpr auto private_file = fs::perms::owner_read | fs::perms::owner_write;
+  auto tighten = [](const fs::path& p, fs::perms want) {
+    std::error_code ignored;
+    auto st = fs::symlink_status(p, ignored);
+    if (!ignored && (st.permissions() & ~want) != fs::perms::none) {
+      fs::permissions(p, want, fs::perm_options::replace, ignored);
+      log::store()->info("store.permissions_tightened path={}", p.string());
+    }
+  };
+  tighten(opts.data_dir, private_dir);
+  for (auto it = fs::recursive_directory_iterator(opts.data_dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    auto st = it->symlink_status(ec);
+    if (ec)
+      break;
+    if (fs::is_directory(st))
+      tighten(it->path(), private_dir);
+    else if (fs::is_regular_file(st))
+      tighten(it->path(), private_file);
+  }
   if (opts.store.path.empty())
     opts.store.path = (std::filesystem::path{opts.data_dir} / "oncegate.db")
                         .string();

@@ -1,6 +1,7 @@
 #include "gateway/node_main.hpp"
 
 #include <csignal>
+#include <sys/stat.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -63,9 +64,14 @@ std::string config_file_context(const node_config& cfg,
   std::ifstream in{cfg.config_file_path};
   std::string line;
   for (int i = 1; i <= line_no && std::getline(in, line); ++i)
-    if (i == line_no)
+    if (i == line_no) {
+      // Never echo a secret: name the key, not its value.
+      if (line.find("token") != std::string::npos
+          || line.find("secret") != std::string::npos)
+        line = line.substr(0, line.find('=')) + "= ***";
       return " in " + cfg.config_file_path + " line "
              + std::to_string(line_no) + ": `" + line + "`";
+    }
   return {};
 }
 
@@ -75,6 +81,14 @@ std::vector<std::string> expand_check_config(int argc, char** argv,
                                              bool& check) {
   std::vector<std::string> args{argv, argv + argc};
   for (size_t i = 1; i < args.size(); ++i) {
+    // CAF's own `--dump-config` prints secrets in clear: it means the
+    // check mode here, which masks them.
+    if (args[i] == "--dump-config") {
+      check = true;
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+      --i;
+      continue;
+    }
     if (args[i] == "--check-config" && i + 1 < args.size()
         && args[i + 1].rfind("--", 0) != 0) {
       check = true;
@@ -183,6 +197,9 @@ int backup(const node_config& cfg) {
 int run_node(int argc, char** argv, const run_options& ro) {
   // A peer that closes early must cost an error code, not the process.
   std::signal(SIGPIPE, SIG_IGN);
+  // Everything the node writes (database, WAL, Raft log, backups, log
+  // files) is for its owner only.
+  ::umask(077);
   node_config cfg;
   bool check = false;
   auto args = expand_check_config(argc, argv, check);

@@ -223,9 +223,12 @@ private:
                   "auth " + std::string{to_string(r.auth)}
                     + " needs secret, secret-env or secret-file");
     for (auto& s : raw_secrets_) {
+      // An empty secret would accept `?token=` or an HMAC anyone can make.
+      if (s.empty())
+        return fail(name, "secret", "must not be empty");
       if (r.auth == auth_mode::standard_webhooks) {
         auto key = decode_whsec(s);
-        if (!key)
+        if (!key || key->empty())
           return fail(name, "secret", "not a whsec_<base64> secret");
         r.secrets.push_back(std::move(*key));
       } else {

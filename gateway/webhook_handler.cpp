@@ -862,9 +862,16 @@ void webhook_handler::handle_admin(http_request& req, responder& done) {
     int code = 0;
     if (status != fields.end() && status->second.type == field::kind::number)
       code = std::atoi(status->second.text.c_str());
-    if (code < 100 || code > 599)
+    // A stored outcome is a final HTTP answer: 200-599, and no body where
+    // HTTP forbids one (it would be replayed to every duplicate).
+    if (code < 200 || code > 599)
       return done(make_problem({400, "bad-request", "Bad request",
-                                "status must be a number 100..599"}));
+                                "status must be a number 200..599"}));
+    if (auto b = fields.find("body");
+        (code == 204 || code == 304) && b != fields.end()
+        && !(b->second.type == field::kind::string && b->second.text.empty()))
+      return done(make_problem({400, "bad-request", "Bad request",
+                                "a 204 or 304 outcome has no body"}));
     record_update upd;
     upd.route = route->name;
     upd.key = *key;

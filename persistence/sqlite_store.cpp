@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -623,6 +624,19 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
 
 caf::expected<update_result> sqlite_store::update(const record_update& upd,
                                                   int64_t now_ms) {
+  // Only a final HTTP answer is an outcome, and 204/304 carry no body: an
+  // outcome that breaks this (an older or buggy peer) is not applied.
+  if (upd.op == transition::complete
+      && (upd.status < 200 || upd.status > 599
+          || ((upd.status == 204 || upd.status == 304)
+              && !upd.response.empty()))) {
+    update_result refused;
+    auto current = load(upd.route, upd.key);
+    if (!current)
+      return std::move(current.error());
+    refused.current = std::move(*current);
+    return refused;
+  }
   stmt_id id = stmt_complete;
   switch (upd.op) {
     case transition::complete:
@@ -871,6 +885,9 @@ caf::error sqlite_store::backup_to(const std::string& path) {
            != SQLITE_OK)
     return sqlite_error(dest, "backup: finish file");
   dest_guard.reset();
+  // A backup holds signal bodies (which may carry passphrases): the owner
+  // alone may read it, whatever the umask of whoever made it.
+  ::chmod(tmp.c_str(), 0600);
   // Durable before it is visible under its name.
   if (auto fd = ::open(tmp.c_str(), O_RDONLY); fd >= 0) {
     auto synced = ::fsync(fd) == 0;

@@ -212,6 +212,29 @@ CAF_TEST(an in flight record completes once with its outcome) {
   CAF_CHECK_EQUAL(again->current.rec.status, 201);
 }
 
+CAF_TEST(an outcome that is no final http answer is not stored) {
+  auto db = open();
+  claim(*db, in_flight_claim(1000));
+  CAF_REQUIRE(!db->begin());
+  auto interim = db->update(make_update(transition::complete, 1000, 103, ""));
+  auto bogus = db->update(make_update(transition::complete, 1000, 600, ""));
+  auto no_content = db->update(make_update(transition::complete, 1000, 204,
+                                           "a body"));
+  auto not_modified = db->update(make_update(transition::complete, 1000, 304,
+                                             "a body"));
+  CAF_REQUIRE(!db->commit());
+  for (auto* res : {&interim, &bogus, &no_content, &not_modified}) {
+    CAF_REQUIRE(*res);
+    CAF_CHECK(!(*res)->applied);
+    CAF_CHECK_EQUAL((*res)->current.rec.state, record_state::in_flight);
+  }
+  CAF_REQUIRE(!db->begin());
+  auto ok = db->update(make_update(transition::complete, 1000, 204, ""));
+  CAF_REQUIRE(!db->commit());
+  CAF_REQUIRE(ok);
+  CAF_CHECK(ok->applied);
+}
+
 CAF_TEST(in doubt is reachable only from in flight and can be settled) {
   auto db = open();
   claim(*db, in_flight_claim(1000));
