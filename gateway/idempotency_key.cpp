@@ -12,6 +12,9 @@ namespace {
 
 constexpr std::size_t max_key_length = 255;
 
+// Forwarded keys of this prefix (any letter case) are always hashes.
+constexpr std::string_view hashed_key_prefix = "sha256:";
+
 // 9999-12-31T23:59:59.999Z: ISO-8601 strings cannot name a later instant, and
 // numeric timestamps get the same ceiling so that both forms agree on what
 // "out of range" means.
@@ -262,6 +265,93 @@ std::string to_lower_ascii(std::string_view s) {
   return out;
 }
 
+// The preimage of a derived key, from the normalised fields.
+//
+// v1 (`v1|F1|F2|F3|F4`) joins the fields with an unescaped `|`. It is
+// taken exactly when no field holds a `|`, and there it is injective:
+// splitting at the bars gives back the four fields. It is byte for byte
+// the only derivation there was before v2, so every key derived before
+// from such fields is derived the same way still. (Fields with a `|` were
+// the ambiguous case, `BINANCE|BTC`,`USDT` = `BINANCE`,`BTC|USDT`; those
+// signals now get v2 keys.)
+//
+// v2 (`v2|<n1>:F1|<n2>:F2|<n3>:F3|<n4>:F4`, each n the decimal byte length
+// of its field) is taken exactly when some field holds a `|`. It decodes
+// from the left without looking inside the fields (read digits up to `:`,
+// take that many bytes, then `|` starts the next field), so it is
+// injective.
+//
+// The two never meet: a v1 preimage starts with `v1|`, a v2 preimage with
+// `v2|`. Hence distinct field tuples have distinct preimages, and (barring
+// a SHA-256 collision) distinct derived keys.
+std::string derivation_preimage(const std::string_view (&fields)[4]) {
+  bool has_bar = false;
+  for (auto f : fields)
+    has_bar = has_bar || f.find('|') != std::string_view::npos;
+  std::string out = has_bar ? "v2" : "v1";
+  for (auto f : fields) {
+    out += '|';
+    if (has_bar) {
+      out += std::to_string(f.size());
+      out += ':';
+    }
+    out += f;
+  }
+  return out;
+}
+
+// Keys on routes whose requests are not signed: header, body member,
+// derived.
+std::variant<idempotency_key, rejection>
+unsigned_route_key(std::optional<std::string_view> header,
+                   const payload& body) {
+  if (header) {
+    auto parsed = parse_key_header(*header);
+    if (auto why = std::get_if<rejection>(&parsed))
+      return std::move(*why);
+    return idempotency_key{std::move(std::get<std::string>(parsed)),
+                           key_source::header};
+  }
+  for (std::string_view name : {"idempotency_key", "trace_id", "id"}) {
+    auto i = body.fields.find(name);
+    if (i == body.fields.end() || i->second.type != field::kind::string)
+      continue;
+    const auto& value = i->second.text;
+    if (value.empty() || value.size() > max_key_length)
+      return invalid_key("member \"" + std::string{name}
+                         + "\" must be 1-255 bytes");
+    return idempotency_key{value, key_source::body};
+  }
+  auto derived = derive_key(body);
+  if (auto why = std::get_if<rejection>(&derived))
+    return std::move(*why);
+  return idempotency_key{std::move(std::get<std::string>(derived)),
+                         key_source::derived};
+}
+
+std::variant<idempotency_key, rejection>
+delivery_id_key(std::string_view delivery_id) {
+  // Signed by the sender: any printable ASCII id of 1-255 characters.
+  auto parsed = parse_key_header(delivery_id);
+  if (auto why = std::get_if<rejection>(&parsed))
+    return std::move(*why);
+  return idempotency_key{std::move(std::get<std::string>(parsed)),
+                         key_source::webhook_id};
+}
+
+bool starts_with_hashed_prefix(std::string_view key) {
+  if (key.size() < hashed_key_prefix.size())
+    return false;
+  for (std::size_t i = 0; i < hashed_key_prefix.size(); ++i) {
+    char c = key[i];
+    if (c >= 'A' && c <= 'Z')
+      c = static_cast<char>(c - 'A' + 'a');
+    if (c != hashed_key_prefix[i])
+      return false;
+  }
+  return true;
+}
+
 } // namespace
 
 const char* to_string(key_source x) {
@@ -274,6 +364,8 @@ const char* to_string(key_source x) {
       return "body";
     case key_source::derived:
       return "derived";
+    case key_source::github_body:
+      return "github-body";
   }
   return "unknown";
 }
@@ -364,50 +456,48 @@ std::variant<std::string, rejection> derive_key(const payload& body) {
     return rejection{422, "missing-fields", "Cannot derive an idempotency key",
                      std::move(detail)};
   }
-  std::string material = "v1|";
-  material += to_upper_ascii(*exchange);
-  material += '|';
-  material += to_upper_ascii(*symbol);
-  material += '|';
-  material += to_lower_ascii(*action);
-  material += '|';
-  material += std::to_string(*ms);
-  return to_hex(sha256(material));
+  auto upper_exchange = to_upper_ascii(*exchange);
+  auto upper_symbol = to_upper_ascii(*symbol);
+  auto lower_action = to_lower_ascii(*action);
+  auto millis = std::to_string(*ms);
+  const std::string_view fields[4] = {upper_exchange, upper_symbol,
+                                      lower_action, millis};
+  return to_hex(sha256(derivation_preimage(fields)));
 }
 
 std::variant<idempotency_key, rejection>
-select_key(std::optional<std::string_view> header, const payload& body,
-           std::optional<std::string_view> delivery_id) {
-  if (header) {
-    auto parsed = parse_key_header(*header);
-    if (auto why = std::get_if<rejection>(&parsed))
-      return std::move(*why);
-    return idempotency_key{std::move(std::get<std::string>(parsed)),
-                           key_source::header};
+select_key(const key_inputs& in, const payload& body) {
+  switch (in.auth) {
+    case auth_mode::standard_webhooks:
+      // The signature covers id, timestamp and body; nothing else may
+      // name the key, or a captured delivery with a fresh header would be
+      // a new key.
+      if (!in.delivery_id)
+        return invalid_key("missing webhook-id");
+      return delivery_id_key(*in.delivery_id);
+    case auth_mode::github:
+      // GitHub signs the body only; X-GitHub-Delivery can be changed by
+      // anyone who saw the delivery.
+      return idempotency_key{to_hex(sha256(in.raw_body)),
+                             key_source::github_body};
+    case auth_mode::none:
+    case auth_mode::token:
+      break;
   }
-  if (delivery_id) {
-    // Signed by the sender: any printable ASCII id of 1-255 characters.
-    auto parsed = parse_key_header(*delivery_id);
-    if (auto why = std::get_if<rejection>(&parsed))
-      return std::move(*why);
-    return idempotency_key{std::move(std::get<std::string>(parsed)),
-                           key_source::webhook_id};
-  }
-  for (std::string_view name : {"idempotency_key", "trace_id", "id"}) {
-    auto i = body.fields.find(name);
-    if (i == body.fields.end() || i->second.type != field::kind::string)
-      continue;
-    const auto& value = i->second.text;
-    if (value.empty() || value.size() > max_key_length)
-      return invalid_key("member \"" + std::string{name}
-                         + "\" must be 1-255 bytes");
-    return idempotency_key{value, key_source::body};
-  }
-  auto derived = derive_key(body);
-  if (auto why = std::get_if<rejection>(&derived))
-    return std::move(*why);
-  return idempotency_key{std::move(std::get<std::string>(derived)),
-                         key_source::derived};
+  return unsigned_route_key(in.header, body);
+}
+
+std::string forwarded_key(std::string_view key) {
+  bool as_is = !key.empty() && key.size() <= max_key_length
+               && key.front() != ' ' && key.back() != ' '
+               && !starts_with_hashed_prefix(key);
+  for (std::size_t i = 0; as_is && i < key.size(); ++i)
+    as_is = is_printable_ascii(key[i]);
+  if (as_is)
+    return std::string{key};
+  std::string out{hashed_key_prefix};
+  out += to_hex(sha256(key));
+  return out;
 }
 
 } // namespace oncegate::gateway

@@ -23,7 +23,7 @@ struct field {
 struct payload {
   /// Canonical JSON: object members sorted by key (bytewise on the UTF-8
   /// key), no insignificant whitespace, strings with escapes decoded and
-  /// re-escaped minimally, numbers in canonical form, and the top-level
+  /// re-escaped minimally, numbers as `canonical_number`, and the top-level
   /// auth members `passphrase`, `secret` and `token` removed.
   std::string canonical;
   /// Raw SHA-256 (32 bytes) of `canonical`.
@@ -52,11 +52,21 @@ std::variant<payload, rejection> parse_payload(std::string_view body,
                                                const payload_limits& limits
                                                = {});
 
-/// Renders a number literal in canonical form: integers (including
-/// integral values written as `1.0`, `1e2`, `-0`) as plain decimal without
-/// sign for zero when the value fits in 64 bits; all other values as the
-/// shortest round-trip form of the double with exponent form `1e+300`
-/// where `std::to_chars` chooses it. Exposed for tests.
+/// Renders a number literal in canonical form, a function of its exact
+/// decimal value (`1.0`, `1e0`, `10e-1` and `1` are one text; `0.1` and
+/// `0.10000000000000001` are two):
+/// - zero: `0`;
+/// - integers in [-2^63, 2^64) (also written `1e2`, `100.0`): plain decimal;
+/// - other values whose shortest round-trip double form (`std::to_chars`,
+///   e.g. `0.1`, `1e+300`, `1.5e-07`) has exactly the literal's value: that
+///   form (what every number got before exact comparison, so fingerprints
+///   of such payloads are unchanged);
+/// - all others: `[-]d[.ddd]E<exponent>`, e.g. `1.8446744073709551617E19`,
+///   `1E-400`, `1E400` (the only form with an upper-case `E`).
+/// Literals that are not JSON numbers, or whose decimal exponent in
+/// scientific notation exceeds 10^9 in magnitude (`parse_payload`: 400
+/// `malformed-json`, "number out of range"), come back unchanged. Linear in
+/// the literal's length. Exposed for tests.
 std::string canonical_number(std::string_view literal);
 
 } // namespace oncegate::gateway

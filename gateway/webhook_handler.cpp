@@ -229,7 +229,7 @@ webhook_handler::webhook_handler(webhook_options opts, node_service& node,
   : opts_(std::move(opts)),
     node_(node),
     now_(std::move(now)),
-    cache_(opts_.decision_cache),
+    cache_(opts_.decision_cache, opts_.decision_cache_bytes),
     metrics_([&] {
       std::vector<std::string> names;
       for (auto& r : opts_.routes.routes)
@@ -396,7 +396,12 @@ void webhook_handler::handle_webhook(const route_config& route,
   // Repeated Idempotency-Key lines combine into a list, which is not a
   // valid key: refusing is safer than picking one.
   auto key_header = req.combined_header("idempotency-key");
-  auto selected = select_key(key_header, body, delivery_id);
+  key_inputs inputs;
+  inputs.auth = route.auth;
+  inputs.header = key_header;
+  inputs.delivery_id = delivery_id;
+  inputs.raw_body = req.body;
+  auto selected = select_key(inputs, body);
   if (auto why = std::get_if<rejection>(&selected))
     return reject(*why, outcome::bad_request);
   auto key = std::get<idempotency_key>(std::move(selected));
@@ -459,7 +464,8 @@ void webhook_handler::handle_webhook(const route_config& route,
         return done(std::move(res));
       }
       auto& rec = rep.value.rec;
-      cache_.remember(routing, rec, epoch);
+      cache_.remember(routing, rec, epoch,
+                      route.on_duplicate == duplicate_policy::replay);
       switch (rep.value.outcome) {
         case decision::accepted:
         case decision::renewed:
@@ -529,10 +535,8 @@ void webhook_handler::forward(const route_config& route,
   upstream_request up;
   up.body = std::move(body);
   up.content_type = std::move(content_type);
-  // Header values must be visible ASCII; other keys go as their hash.
-  up.idempotency_key = printable_ascii(info->key.value)
-                         ? info->key.value
-                         : to_hex(sha256(info->key.value));
+  // Injective and a valid header value (see forwarded_key).
+  up.idempotency_key = forwarded_key(info->key.value);
   upstream_->send(*route.upstream, std::move(up), [this, idx, &route, fl,
                                                    info, recorded](
                                                     upstream_result res) {
@@ -565,11 +569,12 @@ void webhook_handler::forward(const route_config& route,
                                : "maybe_sent",
                          route.name, res.status, res.error);
     // The transition is made durable before the sender hears of it.
-    node_.update(std::move(upd), [this, fl, info, recorded,
+    node_.update(std::move(upd), [this, &route, fl, info, recorded,
                                   res = std::move(res)](
                                    reply<update_result> rep) mutable {
       if (rep.ok && rep.value.current.found)
-        cache_.remember(info->routing, rep.value.current.rec, info->epoch);
+        cache_.remember(info->routing, rep.value.current.rec, info->epoch,
+                        route.on_duplicate == duplicate_policy::replay);
       if (!rep.ok)
         log::gateway()->error("[C{}][R{}] upstream.unrecorded error={}",
                               info->conn, info->req, rep.detail);

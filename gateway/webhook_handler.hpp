@@ -37,6 +37,8 @@ struct webhook_options {
   /// Completed decisions kept for answering duplicates on HTTP threads
   /// (entries; 0 disables).
   std::size_t decision_cache = 100'000;
+  /// Bytes the decision cache holds at most (0: no byte bound).
+  std::size_t decision_cache_bytes = decision_cache::default_max_bytes;
 };
 
 /// Maps HTTP requests to node operations and answers to HTTP responses:

@@ -6,7 +6,11 @@
 #include <string>
 #include <string_view>
 
+#include "common/sha256.hpp"
+
 using namespace oncegate::gateway;
+using oncegate::sha256;
+using oncegate::to_hex;
 
 namespace {
 
@@ -60,20 +64,45 @@ rejection derive_failure(std::string_view json) {
   CAF_FAIL("key derived: " << std::get<std::string>(result));
 }
 
-idempotency_key selected(std::optional<std::string_view> header,
-                         std::string_view json) {
-  auto result = select_key(header, body_of(json));
+// The inputs of a request on a route with `auth`; the raw body is `json`.
+key_inputs on_route(auth_mode auth, std::optional<std::string_view> header,
+                    std::string_view json,
+                    std::optional<std::string_view> delivery_id
+                    = std::nullopt) {
+  key_inputs in;
+  in.auth = auth;
+  in.header = header;
+  in.delivery_id = delivery_id;
+  in.raw_body = json;
+  return in;
+}
+
+idempotency_key selected(const key_inputs& in) {
+  auto result = select_key(in, body_of(in.raw_body));
   if (auto key = std::get_if<idempotency_key>(&result))
     return *key;
   CAF_FAIL("no key selected: " << std::get<rejection>(result).detail);
 }
 
-rejection select_failure(std::optional<std::string_view> header,
+idempotency_key selected(std::optional<std::string_view> header,
                          std::string_view json) {
-  auto result = select_key(header, body_of(json));
+  return selected(on_route(auth_mode::none, header, json));
+}
+
+rejection select_failure(const key_inputs& in) {
+  auto result = select_key(in, body_of(in.raw_body));
   if (auto r = std::get_if<rejection>(&result))
     return *r;
   CAF_FAIL("key selected: " << std::get<idempotency_key>(result).value);
+}
+
+rejection select_failure(std::optional<std::string_view> header,
+                         std::string_view json) {
+  return select_failure(on_route(auth_mode::none, header, json));
+}
+
+std::string hashed(std::string_view key) {
+  return "sha256:" + to_hex(sha256(key));
 }
 
 constexpr std::string_view trade
@@ -90,6 +119,8 @@ CAF_TEST(key sources have their contract names) {
                   "webhook-id");
   CAF_CHECK_EQUAL(std::string{to_string(key_source::body)}, "body");
   CAF_CHECK_EQUAL(std::string{to_string(key_source::derived)}, "derived");
+  CAF_CHECK_EQUAL(std::string{to_string(key_source::github_body)},
+                  "github-body");
 }
 
 // -- Idempotency-Key header ---------------------------------------------------
@@ -264,6 +295,35 @@ CAF_TEST(trimming and case rules give the same derived key) {
             != binance_buy_key);
 }
 
+CAF_TEST(a bar inside a field cannot move a field boundary) {
+  // v1 joined "BINANCE|BTC","USDT" and "BINANCE","BTC|USDT" into one
+  // preimage. A field holding `|` takes v2, which length-prefixes fields:
+  // printf 'v2|11:BINANCE|BTC|4:USDT|3:buy|13:1700000000000' | sha256sum
+  auto a = derived(R"({"exchange":"BINANCE|BTC","symbol":"USDT",)"
+                   R"("action":"buy","timestamp":1700000000})");
+  // printf 'v2|7:BINANCE|8:BTC|USDT|3:buy|13:1700000000000' | sha256sum
+  auto b = derived(R"({"exchange":"BINANCE","symbol":"BTC|USDT",)"
+                   R"("action":"buy","timestamp":1700000000})");
+  CAF_CHECK_NOT_EQUAL(a, b);
+  CAF_CHECK_EQUAL(
+    a, "c521b81fcbe93cce248d8378d6e1fb2b9ddeb0f351eaed065e768c3987709b72");
+  CAF_CHECK_EQUAL(
+    b, "37ff8cbdf1dfa3c96cea05c6e14327765c37c4c669379e8c75d9f5d063c67a16");
+  // printf 'v2|7:BINANCE|7:BTCUSDT|8:buy|sell|13:1700000000000' | sha256sum
+  CAF_CHECK_EQUAL(
+    derived(R"({"exchange":"binance","symbol":"btcusdt",)"
+            R"("action":" BUY|sell ","timestamp":1700000000})"),
+    "3270f8b2e701b0920a3479f8c9a05b827d8a3f5c3ea27988594440e6147cf331");
+}
+
+CAF_TEST(fields without a bar keep the v1 derivation) {
+  // Every key derived before v2 existed is derived the same way still.
+  CAF_CHECK_EQUAL(derived(trade), binance_buy_key);
+  CAF_CHECK_EQUAL(derived(R"({"exchange":"BINANCE:X","symbol":"BTC USDT",)"
+                          R"("action":"buy","timestamp":1700000000})"),
+                  to_hex(sha256("v1|BINANCE:X|BTC USDT|buy|1700000000000")));
+}
+
 CAF_TEST(missing fields are all named in a fixed order) {
   auto r = derive_failure("{}");
   CAF_CHECK_EQUAL(r.status, 422);
@@ -355,4 +415,137 @@ CAF_TEST(the key is derived when nothing else is present) {
   CAF_CHECK_EQUAL(r.status, 422);
   CAF_CHECK_EQUAL(r.type, "missing-fields");
   CAF_CHECK_EQUAL(r.detail, "missing or invalid: exchange, action, timestamp");
+}
+
+// -- signed routes ------------------------------------------------------------
+
+CAF_TEST(a standard webhooks route keys on the webhook id alone) {
+  constexpr std::string_view body = R"({"idempotency_key":"k","id":"i"})";
+  auto key = selected(on_route(auth_mode::standard_webhooks,
+                               std::string_view{"\"from-header\""}, body,
+                               std::string_view{"msg_1"}));
+  CAF_CHECK_EQUAL(key.value, "msg_1");
+  CAF_CHECK(key.source == key_source::webhook_id);
+  // The header is not signed: not even a malformed one is looked at.
+  key = selected(on_route(auth_mode::standard_webhooks,
+                          std::string_view{"bad key"}, body,
+                          std::string_view{"msg_1"}));
+  CAF_CHECK_EQUAL(key.value, "msg_1");
+  key = selected(on_route(auth_mode::standard_webhooks, std::nullopt, trade,
+                          std::string_view{"msg_2"}));
+  CAF_CHECK_EQUAL(key.value, "msg_2");
+  CAF_CHECK(key.source == key_source::webhook_id);
+}
+
+CAF_TEST(a standard webhooks route without a valid webhook id is refused) {
+  auto r = select_failure(on_route(auth_mode::standard_webhooks,
+                                   std::string_view{"k"}, trade));
+  CAF_CHECK_EQUAL(r.status, 400);
+  CAF_CHECK_EQUAL(r.type, "invalid-key");
+  CAF_CHECK_EQUAL(select_failure(on_route(auth_mode::standard_webhooks,
+                                          std::nullopt, trade,
+                                          std::string_view{"a b"}))
+                    .type,
+                  "invalid-key");
+}
+
+CAF_TEST(a github route keys on the hash of the signed body) {
+  constexpr std::string_view body = R"({"a":1})";
+  // printf '{"a":1}' | sha256sum
+  constexpr std::string_view body_hash
+    = "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862";
+  auto key = selected(on_route(auth_mode::github, std::nullopt, body,
+                               std::string_view{"delivery-1"}));
+  CAF_CHECK_EQUAL(key.value, body_hash);
+  CAF_CHECK(key.source == key_source::github_body);
+  // Neither the unsigned delivery id nor an Idempotency-Key header nor a
+  // body member changes it.
+  CAF_CHECK_EQUAL(selected(on_route(auth_mode::github,
+                                    std::string_view{"other"}, body,
+                                    std::string_view{"delivery-2"}))
+                    .value,
+                  body_hash);
+  CAF_CHECK_EQUAL(selected(on_route(auth_mode::github,
+                                    std::string_view{"bad key"}, body))
+                    .value,
+                  body_hash);
+  auto with_member = std::string{R"({"idempotency_key":"k"})"};
+  CAF_CHECK_EQUAL(selected(on_route(auth_mode::github, std::nullopt,
+                                    with_member))
+                    .value,
+                  to_hex(sha256(with_member)));
+  // Another byte string is another signed body, hence another key.
+  CAF_CHECK_NOT_EQUAL(selected(on_route(auth_mode::github, std::nullopt,
+                                        R"({ "a":1})"))
+                        .value,
+                      body_hash);
+}
+
+CAF_TEST(routes without signatures ignore a delivery id) {
+  for (auto auth : {auth_mode::none, auth_mode::token}) {
+    auto key = selected(on_route(auth, std::nullopt, R"({"id":"i"})",
+                                 std::string_view{"msg_1"}));
+    CAF_CHECK_EQUAL(key.value, "i");
+    CAF_CHECK(key.source == key_source::body);
+    key = selected(on_route(auth, std::string_view{"h"}, R"({"id":"i"})",
+                            std::string_view{"msg_1"}));
+    CAF_CHECK_EQUAL(key.value, "h");
+    CAF_CHECK(key.source == key_source::header);
+  }
+}
+
+// -- forwarded keys -----------------------------------------------------------
+
+CAF_TEST(a bare printable key is forwarded as it is) {
+  for (std::string_view key :
+       {"k1", "a+b/c=:*", "550e8400-e29b-41d4-a716-446655440000",
+        "a b", "x sha256:y",
+        "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"})
+    CAF_CHECK_EQUAL(forwarded_key(key), key);
+  std::string longest(255, 'k');
+  CAF_CHECK_EQUAL(forwarded_key(longest), longest);
+}
+
+CAF_TEST(keys with spaces at either end are forwarded as their hash) {
+  // printf ' k1 ' | sha256sum
+  CAF_CHECK_EQUAL(forwarded_key(" k1 "),
+                  "sha256:86e7020aa427ddb7850a0166a78db3290cf9faf923ba36ff4aa"
+                  "9071b591143cd");
+  CAF_CHECK_EQUAL(forwarded_key("k1 "), hashed("k1 "));
+  CAF_CHECK_EQUAL(forwarded_key(" k1"), hashed(" k1"));
+  CAF_CHECK_EQUAL(forwarded_key(" "), hashed(" "));
+  // `k1`, `" k1 "` and `"k1 "` are three keys here, and three upstream.
+  CAF_CHECK_NOT_EQUAL(forwarded_key("k1"), forwarded_key(" k1 "));
+  CAF_CHECK_NOT_EQUAL(forwarded_key("k1"), forwarded_key("k1 "));
+  CAF_CHECK_NOT_EQUAL(forwarded_key(" k1 "), forwarded_key("k1 "));
+}
+
+CAF_TEST(keys that are not printable ASCII are forwarded as their hash) {
+  for (std::string_view key : {"caf\xc3\xa9", "a\tb", "a\nb", "\x7f", ""})
+    CAF_CHECK_EQUAL(forwarded_key(key), hashed(key));
+}
+
+CAF_TEST(keys with the reserved prefix are forwarded as their hash) {
+  // Else a sender could name the forwarded form of another key.
+  auto other = forwarded_key("caf\xc3\xa9");
+  CAF_CHECK_EQUAL(forwarded_key(other), hashed(other));
+  CAF_CHECK_NOT_EQUAL(forwarded_key(other), other);
+  CAF_CHECK_EQUAL(forwarded_key("sha256:"), hashed("sha256:"));
+  CAF_CHECK_EQUAL(forwarded_key("SHA256:x"), hashed("SHA256:x"));
+  CAF_CHECK_EQUAL(forwarded_key("Sha256:x"), hashed("Sha256:x"));
+  CAF_CHECK_EQUAL(forwarded_key("sha256"), "sha256");
+  CAF_CHECK_EQUAL(forwarded_key("sha25:x"), "sha25:x");
+}
+
+CAF_TEST(forwarded keys are header values of at most 255 characters) {
+  std::string longest(255, '\xff');
+  for (std::string_view key : {std::string_view{"k1"}, std::string_view{" k"},
+                               std::string_view{"\x01"},
+                               std::string_view{longest}}) {
+    auto out = forwarded_key(key);
+    CAF_CHECK(!out.empty() && out.size() <= 255);
+    CAF_CHECK(out.front() != ' ' && out.back() != ' ');
+    for (char c : out)
+      CAF_CHECK(c >= 0x20 && c <= 0x7E);
+  }
 }

@@ -7,7 +7,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { randomBytes, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -128,11 +128,11 @@ async function post(path, body, headers) {
   return { status: res.status, headers: res.headers, json, text };
 }
 
-function assertAccepted(res, key) {
+function assertAccepted(res, key, source = "webhook-id") {
   assert.equal(res.status, 200, res.text);
   assert.equal(res.json.status, "accepted", res.text);
   assert.equal(res.json.idempotency_key, key, res.text);
-  assert.equal(res.json.key_source, "webhook-id", res.text);
+  assert.equal(res.json.key_source, source, res.text);
   assert.equal(res.headers.get("idempotency-key"), key);
   assert.equal(res.headers.get("cache-control"), "no-store");
 }
@@ -279,14 +279,37 @@ function postGh(payload, headers) {
   return post("/v1/webhook/gh", payload, headers);
 }
 
+// GitHub's HMAC covers the body only, so the key is what it covers: the
+// body's SHA-256 (X-GitHub-Delivery is not signed).
+function ghKey(payload) {
+  return createHash("sha256").update(payload).digest("hex");
+}
+
+function assertGhAccepted(res, payload) {
+  assertAccepted(res, ghKey(payload), "github-body");
+}
+
 describe("@octokit/webhooks-methods", () => {
-  test("a signed delivery is accepted with the delivery id as its key",
+  test("a signed delivery is accepted with its body hash as its key",
        async () => {
     const delivery = randomUUID();
     const payload = ghPayload();
     const res = await postGh(payload,
                              await ghHeaders(GH_SECRET, delivery, payload));
-    assertAccepted(res, delivery);
+    assertGhAccepted(res, payload);
+  });
+
+  test("the same signed body under another delivery id is a 409 duplicate",
+       async () => {
+    const payload = ghPayload();
+    const first = await postGh(payload,
+                               await ghHeaders(GH_SECRET, randomUUID(),
+                                               payload));
+    assertGhAccepted(first, payload);
+    const replayed = await postGh(payload,
+                                  await ghHeaders(GH_SECRET, randomUUID(),
+                                                  payload));
+    assertProblem(replayed, 409, "duplicate");
   });
 
   test("a redelivery is a 409 duplicate", async () => {
@@ -294,7 +317,7 @@ describe("@octokit/webhooks-methods", () => {
     const payload = ghPayload();
     const headers = await ghHeaders(GH_SECRET, delivery, payload);
     const first = await postGh(payload, headers);
-    assertAccepted(first, delivery);
+    assertGhAccepted(first, payload);
     const again = await postGh(payload, headers);
     assertProblem(again, 409, "duplicate");
     assert.equal(again.headers.get("idempotent-replayed"), "true");
@@ -319,6 +342,6 @@ describe("@octokit/webhooks-methods", () => {
     assertProblem(forged, 401, "unauthorized");
     const genuine = await postGh(payload,
                                  await ghHeaders(GH_SECRET, delivery, payload));
-    assertAccepted(genuine, delivery);
+    assertGhAccepted(genuine, payload);
   });
 });

@@ -2,8 +2,9 @@
 
 One node serves every test in this module: its INI file configures a route
 for each behaviour (replay, token, github, standard-webhooks, allowlist,
-body limit) and an admin token. Tests use keys and symbols unique to the test,
-so they do not depend on each other or on their order.
+body limit) and an admin token, and three routes forward to a counting test
+upstream (tools/test_upstream.py). Tests use keys and symbols unique to the
+test, so they do not depend on each other or on their order.
 """
 
 import base64
@@ -17,6 +18,7 @@ import os
 import re
 import secrets
 import socket
+import sys
 import threading
 import time
 import unittest
@@ -24,6 +26,10 @@ import urllib.parse
 import uuid
 
 from harness import Node, TempDir, wait_for
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
+                                "tools"))
+from test_upstream import TestUpstream  # noqa: E402
 
 PROBLEM = "https://oncegate.dev/problems/"
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -79,21 +85,42 @@ token="{admin}"
 """.format(tv_env=TV_TOKEN_ENV, gh=GH_SECRET, sw=SW_SECRET,
            small=SMALL_LIMIT, slow=SLOW_TIMEOUT_S, admin=ADMIN_TOKEN)
 
+# Routes that forward to the counting upstream (its URL is known only once
+# it listens): what the upstream executed is what the sender caused.
+UPSTREAM_CONFIG = """
+[route.fwd]
+upstream="{url}"
+
+[route.ghup]
+auth="github"
+secret="{gh}"
+upstream="{url}"
+
+[route.swup]
+auth="standard-webhooks"
+secret="{sw}"
+upstream="{url}"
+"""
+
 # 1700000000 s = 2023-11-14T22:13:20Z.
 EPOCH_S = 1700000000
 EPOCH_MS = EPOCH_S * 1000
 
 NODE = None
 TMP = None
+UP = None
 
 
 def setUpModule():
-    global NODE, TMP
+    global NODE, TMP, UP
     TMP = TempDir()
     try:
+        UP = TestUpstream().start()
         config = os.path.join(TMP.path, "oncegate.ini")
         with open(config, "w") as f:
             f.write(CONFIG)
+            f.write(UPSTREAM_CONFIG.format(url=UP.url, gh=GH_SECRET,
+                                           sw=SW_SECRET))
         # The child copies the environment at spawn time; restore ours after.
         saved = os.environ.get(TV_TOKEN_ENV)
         os.environ[TV_TOKEN_ENV] = TV_TOKEN
@@ -106,6 +133,8 @@ def setUpModule():
             else:
                 os.environ[TV_TOKEN_ENV] = saved
     except BaseException:
+        if UP is not None:
+            UP.stop()
         TMP.cleanup()
         raise
 
@@ -115,7 +144,11 @@ def tearDownModule():
         if NODE is not None:
             NODE.kill()
     finally:
-        TMP.cleanup()
+        try:
+            if UP is not None:
+                UP.stop()
+        finally:
+            TMP.cleanup()
 
 
 def unique(prefix="k"):
@@ -123,8 +156,29 @@ def unique(prefix="k"):
 
 
 def derived_key(exchange, symbol, action, ms):
-    material = "v1|%s|%s|%s|%d" % (exchange, symbol, action, ms)
+    """v1 joins the fields with `|`; a field holding `|` takes v2, which
+    prefixes each field with its length in bytes."""
+    fields = [exchange, symbol, action, str(ms)]
+    if any("|" in f for f in fields):
+        material = "v2" + "".join(
+            "|%d:%s" % (len(f.encode()), f) for f in fields)
+    else:
+        material = "v1|" + "|".join(fields)
     return hashlib.sha256(material.encode()).hexdigest()
+
+
+def body_key(data):
+    """The key of a github delivery: the SHA-256 of the signed body."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def forwarded_key(key):
+    """The Idempotency-Key an upstream sees for `key`."""
+    if (key and all(0x20 <= ord(c) <= 0x7E for c in key)
+            and key[0] != " " and key[-1] != " "
+            and not key.lower().startswith("sha256:")):
+        return key
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def canonical_fingerprint(doc):
@@ -269,15 +323,16 @@ class ContractCase(unittest.TestCase):
             hdrs["Authorization"] = "Bearer " + token
         return self.send(method, path, headers=hdrs, content_type=None)
 
-    def post_github(self, body, delivery, secret=GH_SECRET, headers=None):
+    def post_github(self, body, delivery, secret=GH_SECRET, headers=None,
+                    route="gh"):
         data = to_bytes(body)
         hdrs = {"X-GitHub-Event": "push", "X-GitHub-Delivery": delivery,
                 "X-Hub-Signature-256": github_signature(secret, data)}
         hdrs.update(headers or {})
-        return self.post(data, route="gh", headers=hdrs)
+        return self.post(data, route=route, headers=hdrs)
 
     def post_sw(self, body, msg_id, timestamp=None, signature=None,
-                headers=None):
+                headers=None, route="sw"):
         data = to_bytes(body)
         if timestamp is None:
             timestamp = int(time.time())
@@ -286,7 +341,13 @@ class ContractCase(unittest.TestCase):
         hdrs = {"webhook-id": msg_id, "webhook-timestamp": str(timestamp),
                 "webhook-signature": signature}
         hdrs.update(headers or {})
-        return self.post(data, route="sw", headers=hdrs)
+        return self.post(data, route=route, headers=hdrs)
+
+    def assert_executed(self, res, key):
+        """The upstream executed the request and answered it."""
+        self.assertEqual(res.status, 200, res)
+        self.assertEqual(res.doc["order"], "accepted", res)
+        self.assertEqual(res.doc["key"], key, res)
 
     # -- assertions -----------------------------------------------------------
 
@@ -411,21 +472,39 @@ class KeySourceTest(ContractCase):
                         key=key)
         self.assert_accepted(res, key, "header")
 
-    def test_the_idempotency_key_header_beats_the_webhook_id(self):
+    def test_an_idempotency_key_header_is_ignored_on_a_standard_webhooks_route(
+            self):
+        # The header is not signed; webhook-id is.
         key, msg_id = unique(), unique("msg")
         res = self.post_sw({"n": 1}, msg_id,
                            headers={"Idempotency-Key": key})
-        self.assert_accepted(res, key, "header")
+        self.assert_accepted(res, msg_id, "webhook-id")
+        self.assert_not_stored(key, "sw")
+
+    def test_a_malformed_idempotency_key_header_is_ignored_on_a_signed_route(
+            self):
+        msg_id = unique("msg")
+        res = self.post_sw({"n": 1}, msg_id,
+                           headers={"Idempotency-Key": "two words"})
+        self.assert_accepted(res, msg_id, "webhook-id")
 
     def test_the_webhook_id_beats_a_body_key(self):
         msg_id = unique("msg")
         res = self.post_sw({"idempotency_key": unique()}, msg_id)
         self.assert_accepted(res, msg_id, "webhook-id")
 
-    def test_the_github_delivery_id_beats_a_body_key(self):
-        delivery = str(uuid.uuid4())
-        res = self.post_github({"idempotency_key": unique()}, delivery)
-        self.assert_accepted(res, delivery, "webhook-id")
+    def test_a_github_route_keys_on_the_signed_body_not_a_body_key(self):
+        data = to_bytes({"idempotency_key": unique()})
+        res = self.post_github(data, str(uuid.uuid4()))
+        self.assert_accepted(res, body_key(data), "github-body")
+
+    def test_an_idempotency_key_header_is_ignored_on_a_github_route(self):
+        key = unique()
+        data = to_bytes({"n": unique()})
+        res = self.post_github(data, str(uuid.uuid4()),
+                               headers={"Idempotency-Key": key})
+        self.assert_accepted(res, body_key(data), "github-body")
+        self.assert_not_stored(key, "gh")
 
     def test_a_webhook_id_header_is_ignored_on_a_route_without_that_auth(
             self):
@@ -608,6 +687,19 @@ class DerivedKeyTest(ContractCase):
         self.assert_accepted(self.post(sig), source="derived")
         self.assert_problem(self.post(sig), 409, "duplicate")
 
+    def test_a_bar_in_a_field_cannot_move_the_field_boundary(self):
+        # v1 joined the fields with an unescaped `|`: these two were one key.
+        suffix = unique("S").upper()
+        first = self.signal(exchange="BINANCE|BTC", symbol=suffix)
+        second = self.signal(exchange="BINANCE", symbol="BTC|" + suffix)
+        self.assert_accepted(
+            self.post(first),
+            derived_key("BINANCE|BTC", suffix, "buy", EPOCH_MS), "derived")
+        self.assert_accepted(
+            self.post(second),
+            derived_key("BINANCE", "BTC|" + suffix, "buy", EPOCH_MS),
+            "derived")
+
 
 class CanonicalisationTest(ContractCase):
     def check_duplicate(self, first, second, route=None, query=""):
@@ -649,6 +741,33 @@ class CanonicalisationTest(ContractCase):
         self.assert_problem(self.post('{"n":9007199254740992}', key=key), 422,
                             "key-reused")
 
+    def test_distinct_integers_beyond_64_bits_stay_distinct(self):
+        key = unique()
+        self.assert_accepted(self.post('{"qty":18446744073709551616}',
+                                       key=key))
+        self.assert_problem(self.post('{"qty":18446744073709551617}',
+                                      key=key), 422, "key-reused")
+
+    def test_decimals_beyond_17_significant_digits_stay_distinct(self):
+        key = unique()
+        self.assert_accepted(self.post('{"px":0.1}', key=key))
+        self.assert_problem(self.post('{"px":0.10000000000000001}', key=key),
+                            422, "key-reused")
+
+    def test_numbers_beyond_a_double_compare_by_exact_value(self):
+        self.check_duplicate('{"n":18446744073709551617,"t":1e-400}',
+                             '{"n":1.8446744073709551617e19,"t":0.1e-399}')
+
+    def test_the_stored_fingerprint_of_an_exact_number(self):
+        # Numbers the old form rendered exactly keep that text (`1e+20`);
+        # others get the exact form with an upper-case E.
+        key = unique()
+        self.assert_accepted(self.post(
+            '{"a":100000000000000000000,"b":0.10000000000000001}', key=key))
+        res = self.admin("GET", key)
+        self.assertEqual(res.doc["fingerprint"], hashlib.sha256(
+            b'{"a":1e+20,"b":1.0000000000000001E-1}').hexdigest())
+
     def test_passphrase_secret_and_token_members_are_left_out(self):
         self.check_duplicate(
             {"n": 1, "passphrase": "p1", "secret": "s1", "token": "t1"},
@@ -670,6 +789,44 @@ class CanonicalisationTest(ContractCase):
         res = self.admin("GET", key)
         self.assertEqual(res.status, 200, res)
         self.assertEqual(res.doc["fingerprint"], canonical_fingerprint(body))
+
+
+class ForwardedKeyTest(ContractCase):
+    def test_a_bare_key_is_forwarded_as_it_is(self):
+        key = unique()
+        self.assert_executed(self.post({"n": 1}, key=key, route="fwd"), key)
+        self.assertEqual(UP.executions(key), 1)
+
+    def test_keys_that_differ_by_spaces_are_forwarded_as_distinct_keys(self):
+        # `k`, `" k "` and `"k "` are three keys here; the upstream must
+        # not see one key three times.
+        key = unique()
+        variants = [key, '" %s "' % key, '"%s "' % key]
+        expected = [key, "sha256:" + hashlib.sha256(
+            (" %s " % key).encode()).hexdigest(), "sha256:" + hashlib.sha256(
+            ("%s " % key).encode()).hexdigest()]
+        for header, sent in zip(variants, expected):
+            self.assert_executed(self.post({"n": 1}, key=header, route="fwd"),
+                                 sent)
+        for sent in expected:
+            self.assertEqual(UP.executions(sent), 1, sent)
+
+    def test_a_key_that_looks_like_a_hash_cannot_meet_a_hashed_key(self):
+        # A non-printable body key is forwarded as its hash; a header key
+        # spelling out that hash (with or without the prefix) is not it.
+        body_key_value = "caf\u00e9-" + unique()
+        decoded = json.loads('"%s"' % body_key_value)
+        hashed = forwarded_key(decoded)
+        self.assertTrue(hashed.startswith("sha256:"))
+        res = self.post('{"id":"%s"}' % body_key_value, route="fwd")
+        self.assert_executed(res, hashed)
+        plain = hashed[len("sha256:"):]
+        self.assert_executed(self.post({"n": 1}, key=plain, route="fwd"),
+                             plain)
+        res = self.post({"n": 1}, key=hashed, route="fwd")
+        self.assert_executed(res, forwarded_key(hashed))
+        self.assertNotEqual(forwarded_key(hashed), hashed)
+        self.assertEqual(UP.executions(hashed), 1)
 
 
 class BadRequestTest(ContractCase):
@@ -822,26 +979,48 @@ class TokenAuthTest(ContractCase):
 
 
 class GitHubAuthTest(ContractCase):
-    def test_a_signed_delivery_is_accepted_with_the_delivery_id_as_key(self):
-        delivery = str(uuid.uuid4())
-        res = self.post_github({"action": "opened", "number": 1}, delivery)
-        self.assert_accepted(res, delivery, "webhook-id")
-        self.assertEqual(res.headers.get("idempotency-key"), delivery)
+    def delivery_body(self):
+        return to_bytes({"action": "opened", "number": 1, "n": unique()})
+
+    def test_a_signed_delivery_is_accepted_with_the_body_hash_as_key(self):
+        data = self.delivery_body()
+        res = self.post_github(data, str(uuid.uuid4()))
+        self.assert_accepted(res, body_key(data), "github-body")
+        self.assertEqual(res.headers.get("idempotency-key"), body_key(data))
 
     def test_a_redelivery_is_a_409_duplicate(self):
         delivery = str(uuid.uuid4())
-        body = {"action": "opened", "number": 2}
-        self.assert_accepted(self.post_github(body, delivery), delivery)
-        self.assert_problem(self.post_github(body, delivery), 409,
+        data = self.delivery_body()
+        self.assert_accepted(self.post_github(data, delivery), body_key(data))
+        self.assert_problem(self.post_github(data, delivery), 409,
                             "duplicate")
+
+    def test_a_signed_body_resent_with_another_delivery_id_is_a_409(self):
+        # X-GitHub-Delivery is not covered by the HMAC: anyone who saw the
+        # delivery can resend it under a fresh id.
+        data = self.delivery_body()
+        key = body_key(data)
+        res = self.post_github(data, str(uuid.uuid4()), route="ghup")
+        self.assert_executed(res, key)
+        res = self.post_github(data, str(uuid.uuid4()), route="ghup")
+        self.assert_problem(res, 409, "duplicate")
+        self.assertEqual(UP.executions(key), 1)
+
+    def test_another_signed_body_is_another_key(self):
+        first, second = self.delivery_body(), self.delivery_body()
+        delivery = str(uuid.uuid4())
+        self.assert_accepted(self.post_github(first, delivery),
+                             body_key(first))
+        self.assert_accepted(self.post_github(second, delivery),
+                             body_key(second))
 
     def test_a_wrong_signature_is_401_and_a_later_signed_one_executes(self):
         delivery = str(uuid.uuid4())
-        body = {"action": "opened", "number": 3}
-        res = self.post_github(body, delivery, secret="not-" + GH_SECRET)
+        data = self.delivery_body()
+        res = self.post_github(data, delivery, secret="not-" + GH_SECRET)
         self.assert_problem(res, 401, "unauthorized")
-        self.assert_not_stored(delivery, "gh")
-        self.assert_accepted(self.post_github(body, delivery), delivery)
+        self.assert_not_stored(body_key(data), "gh")
+        self.assert_accepted(self.post_github(data, delivery), body_key(data))
 
     def test_a_missing_signature_is_401(self):
         res = self.post({"n": 1}, route="gh",
@@ -867,6 +1046,26 @@ class StandardWebhooksAuthTest(ContractCase):
         msg_id = unique("msg")
         self.assert_accepted(self.post_sw({"n": 1}, msg_id), msg_id)
         self.assert_problem(self.post_sw({"n": 1}, msg_id), 409, "duplicate")
+
+    def test_a_captured_delivery_replayed_with_a_new_idempotency_key_is_409(
+            self):
+        # Everything the signature covers, byte for byte, plus a header it
+        # does not cover: still the same message.
+        msg_id = unique("msg")
+        ts = int(time.time())
+        data = b'{"type":"invoice.paid","amount":100}'
+        sig = sw_signature(SW_KEY, msg_id, ts, data)
+        res = self.post_sw(data, msg_id, timestamp=ts, signature=sig,
+                           route="swup")
+        self.assert_executed(res, msg_id)
+        key = unique()
+        res = self.post_sw(data, msg_id, timestamp=ts, signature=sig,
+                           route="swup", headers={"Idempotency-Key": key})
+        self.assert_problem(res, 409, "duplicate")
+        self.assertEqual(UP.executions(msg_id), 1)
+        self.assertEqual(UP.executions(key), 0)
+        self.assertEqual(UP.executions(forwarded_key(key)), 0)
+        self.assert_not_stored(key, "swup")
 
     def test_one_valid_signature_among_several_passes(self):
         msg_id = unique("msg")
