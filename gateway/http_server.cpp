@@ -1,9 +1,14 @@
 #include "gateway/http_server.hpp"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <atomic>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -33,6 +38,16 @@ namespace {
 
 class session;
 
+std::atomic<uint64_t> internal_errors_total{0};
+std::atomic<uint64_t> accept_errors_total{0};
+
+/// At most one `http.accept_failed` line per this interval; the others are
+/// counted in the next line's `suppressed`.
+constexpr auto accept_log_interval = std::chrono::seconds(5);
+/// First and longest wait before accepting again after a failed accept.
+constexpr auto accept_backoff_min = std::chrono::milliseconds(10);
+constexpr auto accept_backoff_max = std::chrono::milliseconds(1000);
+
 const char* reason_type(int status) {
   switch (status) {
     case 400:
@@ -43,6 +58,8 @@ const char* reason_type(int status) {
       return "body-too-large";
     case 431:
       return "headers-too-large";
+    case 500:
+      return "internal-error";
     case 501:
       return "not-implemented";
     case 503:
@@ -70,7 +87,44 @@ http_response transport_problem(int status, const char* title,
   return res;
 }
 
+// The answer to a request whose handler threw or whose answer could not be
+// serialised. Fixed text: building it cannot throw in turn.
+http_response internal_error_problem() {
+  return transport_problem(500, "Internal error",
+                           "the answer could not be produced; retry later");
+}
+
+// Counts and logs an exception caught on the way to a response.
+void report_internal_error(uint64_t conn, uint64_t req, const char* where,
+                           const char* what) {
+  internal_errors_total.fetch_add(1, std::memory_order_relaxed);
+  log::gateway()->error("[C{}][R{}] http.internal_error where={} what={}",
+                        conn, req, where, what);
+}
+
+// HTTP forbids a body in these final answers (RFC 9110 6.4.1).
+bool bodiless_status(int status) {
+  return status == 204 || status == 304;
+}
+
 } // namespace
+
+http_transport_counters transport_counters() {
+  http_transport_counters res;
+  res.internal_errors = internal_errors_total.load(std::memory_order_relaxed);
+  res.accept_errors = accept_errors_total.load(std::memory_order_relaxed);
+  return res;
+}
+
+std::size_t fitting_connections(std::size_t wanted, std::size_t reserve,
+                                std::uint64_t nofile) {
+  if (nofile >= reserve && nofile - reserve >= wanted)
+    return wanted;
+  if (nofile > reserve)
+    return static_cast<std::size_t>(nofile - reserve);
+  return std::min<std::size_t>(
+    wanted, std::max<std::size_t>(1, static_cast<std::size_t>(nofile / 2)));
+}
 
 struct http_server::impl : std::enable_shared_from_this<impl> {
   http_server_options opts;
@@ -81,6 +135,14 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
   net::steady_timer grace;
   /// One timer for every connection's deadline (see `session::arm`).
   net::steady_timer sweeper;
+  /// Waits before the next accept after a failed one (out of descriptors:
+  /// accepting again at once fails again at once, a busy loop).
+  net::steady_timer accept_retry;
+  // The accept state below is only touched on the acceptor's strand.
+  std::chrono::milliseconds accept_backoff{0};
+  std::chrono::steady_clock::time_point accept_logged_at{};
+  uint64_t accept_suppressed = 0;
+  uint64_t accept_failures = 0;
   std::atomic<uint64_t> next_conn{1};
   std::atomic<std::size_t> connections{0};
   std::atomic<bool> stopping{false};
@@ -94,12 +156,16 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
       acceptor(net::make_strand(ioc)),
       signals(ioc),
       grace(acceptor.get_executor()),
-      sweeper(acceptor.get_executor()) {
+      sweeper(acceptor.get_executor()),
+      accept_retry(acceptor.get_executor()) {
     // nop
   }
 
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket sock);
+  void on_accept_error(beast::error_code ec);
+  void fit_fd_limit();
+  void serve();
   void begin_stop();
   void session_closed(uint64_t id);
   void sweep();
@@ -177,6 +243,8 @@ private:
       return;
     }
     timed_out_ = false;
+    head_ = false;
+    version_ = 11;
     ++req_id_;
     parser_.emplace();
     parser_->body_limit(srv_->opts.body_limit);
@@ -213,8 +281,19 @@ private:
     if (ec)
       return on_read_error(ec);
     auto& req = parser_->get();
-    auto limit = std::min(srv_->opts.body_limit,
-                          srv_->handler.body_limit(req.target()));
+    head_ = req.method() == http::verb::head;
+    version_ = req.version();
+    std::size_t handler_limit = 0;
+    try {
+      handler_limit = srv_->handler.body_limit(req.target());
+    } catch (const std::exception& e) {
+      report_internal_error(id_, req_id_, "body_limit", e.what());
+      return write(internal_error_problem());
+    } catch (...) {
+      report_internal_error(id_, req_id_, "body_limit", "unknown exception");
+      return write(internal_error_problem());
+    }
+    auto limit = std::min(srv_->opts.body_limit, handler_limit);
     parser_->body_limit(limit);
     if (auto len = parser_->content_length(); len && *len > limit)
       return write(transport_problem(413, "Body too large",
@@ -302,34 +381,85 @@ private:
     req.conn_id = id_;
     req.req_id = req_id_;
     auto id = req_id_;
-    srv_->handler.handle(
-      std::move(req), [self = shared_from_this(), id](http_response res) {
-        net::post(self->stream_.get_executor(),
-                  [self, id, res = std::move(res)]() mutable {
-                    if (self->phase_ == phase::handling && self->req_id_ == id)
-                      self->write(std::move(res));
-                  });
-      });
+    // A handler that throws (before or after answering) gets a 500: the
+    // phase check drops an answer it may have posted already.
+    try {
+      srv_->handler.handle(
+        std::move(req), [self = shared_from_this(), id](http_response res) {
+          net::post(self->stream_.get_executor(),
+                    [self, id, res = std::move(res)]() mutable {
+                      if (self->phase_ == phase::handling
+                          && self->req_id_ == id)
+                        self->write(std::move(res));
+                    });
+        });
+    } catch (const std::exception& e) {
+      report_internal_error(id_, req_id_, "handler", e.what());
+      write(internal_error_problem());
+    } catch (...) {
+      report_internal_error(id_, req_id_, "handler", "unknown exception");
+      write(internal_error_problem());
+    }
   }
 
   void write(http_response res) {
     phase_ = phase::writing;
     arm(srv_->opts.body_timeout);
+    // Beast throws for what it cannot serialise (a status beyond 999, a
+    // field over 64 KiB), and so does `build` for a status that is no final
+    // answer: the request gets a 500 instead of the exception ending the
+    // process.
+    try {
+      build(std::move(res));
+    } catch (const std::exception& e) {
+      report_internal_error(id_, req_id_, "response", e.what());
+      build(internal_error_problem());
+    } catch (...) {
+      report_internal_error(id_, req_id_, "response", "unknown exception");
+      build(internal_error_problem());
+    }
+    sr_.emplace(res_);
+    auto on_written = [self = shared_from_this()](beast::error_code ec,
+                                                  std::size_t) {
+      self->sr_.reset();
+      if (ec || !self->keep_open_)
+        return self->close();
+      self->wait_for_request();
+    };
+    // A HEAD answer is the GET answer's header block, Content-Length
+    // included, without the body (RFC 9110 9.3.2).
+    if (head_)
+      http::async_write_header(stream_, *sr_, std::move(on_written));
+    else
+      http::async_write(stream_, *sr_, std::move(on_written));
+  }
+
+  void build(http_response res) {
+    if (res.status < 200 || res.status > 599)
+      throw std::invalid_argument("status " + std::to_string(res.status)
+                                  + " is not a final HTTP status");
     res_ = {};
     res_.version(11);
     res_.result(static_cast<unsigned>(res.status));
     for (auto& [k, v] : res.headers)
       res_.insert(k, v);
+    keep_open_ = keep_alive_ && !res.close && !srv_->stopping;
+    res_.keep_alive(keep_open_);
+    // An HTTP/1.0 client keeps the connection only when told so.
+    if (keep_open_ && version_ < 11)
+      res_.set(http::field::connection, "keep-alive");
+    if (bodiless_status(res.status)) {
+      // No body, and no Content-Length either (RFC 9110 8.6): whatever the
+      // handler put there would be read as the start of the next response.
+      if (!res.body.empty())
+        log::gateway()->debug("[C{}][R{}] http.body_dropped status={} bytes={}",
+                              id_, req_id_, res.status, res.body.size());
+      res_.erase(http::field::content_length);
+      res_.erase(http::field::transfer_encoding);
+      return;
+    }
     res_.body() = std::move(res.body);
-    res_.keep_alive(keep_alive_ && !res.close && !srv_->stopping);
     res_.prepare_payload();
-    http::async_write(stream_, res_,
-                      [self = shared_from_this()](beast::error_code ec,
-                                                  std::size_t) {
-                        if (ec || !self->res_.keep_alive())
-                          return self->close();
-                        self->wait_for_request();
-                      });
   }
 
   // How often an idle connection is looked at for the first bytes of a
@@ -416,6 +546,7 @@ private:
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;
+  std::optional<http::response_serializer<http::string_body>> sr_;
   std::string remote_;
   uint64_t id_;
   uint64_t req_id_ = 0;
@@ -424,6 +555,12 @@ private:
   phase phase_ = phase::idle;
   bool timed_out_ = false;
   bool keep_alive_ = true;
+  /// The current response leaves the connection open.
+  bool keep_open_ = true;
+  /// The current request is a HEAD: headers only.
+  bool head_ = false;
+  /// HTTP version of the current request (10 or 11).
+  unsigned version_ = 11;
 };
 
 } // namespace
@@ -437,15 +574,18 @@ void http_server::impl::do_accept() {
 }
 
 void http_server::impl::on_accept(beast::error_code ec, tcp::socket sock) {
-  if (ec) {
-    if (ec == net::error::operation_aborted || stopping)
-      return;
-    // Out of descriptors and similar: keep serving, try again.
-    log::gateway()->warn("http.accept_failed error={}", ec.message());
-    return do_accept();
-  }
+  if (ec)
+    return on_accept_error(ec);
   if (stopping)
     return;
+  if (accept_failures > 0) {
+    log::gateway()->info("http.accept_recovered failures={} suppressed={}",
+                         accept_failures, accept_suppressed);
+    accept_failures = 0;
+    accept_suppressed = 0;
+    accept_logged_at = {};
+  }
+  accept_backoff = std::chrono::milliseconds{0};
   auto id = next_conn++;
   auto s = std::make_shared<session>(shared_from_this(), std::move(sock), id);
   {
@@ -457,6 +597,89 @@ void http_server::impl::on_accept(beast::error_code ec, tcp::socket sock) {
   else
     s->start();
   do_accept();
+}
+
+// Out of descriptors (EMFILE, ENFILE) and similar: the pending connection
+// stays in the backlog, so accepting again at once fails again at once.
+// Wait instead, 10 ms doubling to 1 s, until an accept succeeds; log one
+// line per interval with the count of the others.
+void http_server::impl::on_accept_error(beast::error_code ec) {
+  if (ec == net::error::operation_aborted || stopping)
+    return;
+  accept_errors_total.fetch_add(1, std::memory_order_relaxed);
+  ++accept_failures;
+  accept_backoff = accept_backoff.count() == 0
+                     ? accept_backoff_min
+                     : std::min(accept_backoff * 2,
+                                std::chrono::milliseconds{accept_backoff_max});
+  auto now = std::chrono::steady_clock::now();
+  if (accept_logged_at == std::chrono::steady_clock::time_point{}
+      || now - accept_logged_at >= accept_log_interval) {
+    log::gateway()->warn("http.accept_failed error={} connections={} "
+                         "retry_in_ms={} suppressed={}",
+                         ec.message(), connections.load(),
+                         accept_backoff.count(), accept_suppressed);
+    accept_logged_at = now;
+    accept_suppressed = 0;
+  } else {
+    ++accept_suppressed;
+  }
+  accept_retry.expires_after(accept_backoff);
+  accept_retry.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (!ec && !self->stopping)
+      self->do_accept();
+  });
+}
+
+// One descriptor per connection plus the reserve: raise the soft limit up
+// to the hard one if needed, else lower the cap so that accept does not run
+// out of descriptors under a full load.
+void http_server::impl::fit_fd_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY)
+    return;
+  auto need = static_cast<rlim_t>(opts.max_connections)
+              + static_cast<rlim_t>(opts.fd_reserve);
+  if (lim.rlim_cur >= need)
+    return;
+  auto target = lim.rlim_max == RLIM_INFINITY ? need
+                                               : std::min(need, lim.rlim_max);
+  if (target > lim.rlim_cur) {
+    rlimit raised = lim;
+    raised.rlim_cur = target;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      log::gateway()->info("http.fd_limit_raised from={} to={} hard={}",
+                           lim.rlim_cur, target, lim.rlim_max);
+      lim.rlim_cur = target;
+    }
+  }
+  if (lim.rlim_cur >= need)
+    return;
+  auto cap = fitting_connections(opts.max_connections, opts.fd_reserve,
+                                 lim.rlim_cur);
+  log::gateway()->warn("http.max_connections_lowered configured={} "
+                       "effective={} nofile_limit={} reserve={} (raise the "
+                       "descriptor limit to at least {}: ulimit -n, "
+                       "LimitNOFILE)",
+                       opts.max_connections, cap, lim.rlim_cur,
+                       opts.fd_reserve, need);
+  opts.max_connections = cap;
+}
+
+// Runs the event loop on this thread. An exception escaping a handler (none
+// should: requests catch theirs) is counted and the loop goes on, rather
+// than ending the process and every request in it.
+void http_server::impl::serve() {
+  for (;;) {
+    try {
+      ioc.run();
+      return;
+    } catch (const std::exception& e) {
+      report_internal_error(0, 0, "event_loop", e.what());
+    } catch (...) {
+      report_internal_error(0, 0, "event_loop", "unknown exception");
+    }
+  }
 }
 
 void http_server::impl::session_closed(uint64_t id) {
@@ -500,6 +723,7 @@ void http_server::impl::begin_stop() {
   log::gateway()->info("http.stopping connections={}", connections.load());
   beast::error_code ignored;
   acceptor.close(ignored);
+  accept_retry.cancel();
   signals.cancel(ignored);
   std::vector<std::shared_ptr<session>> open;
   {
@@ -528,6 +752,7 @@ std::unique_ptr<http_server>
 http_server::listen(const http_server_options& opts, request_handler& handler,
                     std::string& error) {
   auto ptr = std::make_shared<impl>(opts, handler);
+  ptr->fit_fd_limit();
   beast::error_code ec;
   auto addr = net::ip::make_address(opts.host, ec);
   if (ec) {
@@ -558,6 +783,10 @@ http_server::~http_server() {
   impl_->ioc.stop();
 }
 
+std::size_t http_server::max_connections() const {
+  return impl_->opts.max_connections;
+}
+
 uint16_t http_server::port() const {
   beast::error_code ec;
   auto ep = impl_->acceptor.local_endpoint(ec);
@@ -572,7 +801,10 @@ void http_server::run(bool handle_signals) {
     st.signals.async_wait([ptr = impl_](beast::error_code ec, int sig) {
       if (!ec) {
         log::gateway()->info("http.signal signal={}", sig);
-        ptr->begin_stop();
+        // On the acceptor's strand, like `stop`: the accept state (retry
+        // timer included) is only touched there.
+        net::post(ptr->acceptor.get_executor(),
+                  [ptr] { ptr->begin_stop(); });
       }
     });
   }
@@ -584,8 +816,8 @@ void http_server::run(bool handle_signals) {
   });
   std::vector<std::thread> extra;
   for (unsigned i = 1; i < std::max(1u, st.opts.threads); ++i)
-    extra.emplace_back([ptr = impl_] { ptr->ioc.run(); });
-  st.ioc.run();
+    extra.emplace_back([ptr = impl_] { ptr->serve(); });
+  st.serve();
   for (auto& t : extra)
     t.join();
 }

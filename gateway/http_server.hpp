@@ -30,7 +30,15 @@ struct http_server_options {
   /// From a complete request to its response being written; beyond: 503.
   std::chrono::milliseconds response_timeout{10000};
   /// Open connections at most; beyond, new ones get 503 and are closed.
+  /// `listen` lowers it when the descriptor limit cannot fit it (see
+  /// `fd_reserve`).
   std::size_t max_connections = 10000;
+  /// Descriptors kept for everything but client connections (SQLite files,
+  /// logs, Raft, upstream pools: add each upstream's connection cap). At
+  /// `listen`, a soft RLIMIT_NOFILE below `max_connections + fd_reserve` is
+  /// raised up to the hard limit; if that is still too small, the
+  /// connection cap is lowered to fit, with a warning.
+  std::size_t fd_reserve = 64;
   /// Longest wait for in-flight requests on shutdown.
   std::chrono::milliseconds shutdown_grace{10000};
 };
@@ -50,6 +58,10 @@ public:
   /// The bound port.
   uint16_t port() const;
 
+  /// The effective connection cap (`max_connections`, or less when the
+  /// descriptor limit could not fit it).
+  std::size_t max_connections() const;
+
   /// Serves until `stop` (or SIGINT/SIGTERM when `handle_signals`), using
   /// `threads` threads including the caller; returns once every connection
   /// closed or the shutdown grace ran out.
@@ -66,5 +78,23 @@ private:
   explicit http_server(std::shared_ptr<impl> ptr);
   std::shared_ptr<impl> impl_;
 };
+
+/// Transport events of every server in the process, for `/metrics`.
+struct http_transport_counters {
+  /// Requests answered 500 because the handler threw or its answer could
+  /// not be serialised (a bug: see `http.internal_error` in the log).
+  uint64_t internal_errors = 0;
+  /// Failed `accept` calls (out of descriptors and similar).
+  uint64_t accept_errors = 0;
+};
+
+/// Returns the current counts.
+http_transport_counters transport_counters();
+
+/// The connection cap that fits `nofile` descriptors: `wanted` when
+/// `wanted + reserve` fit, else what the reserve leaves, else (not even the
+/// reserve fits) half of them, at least one.
+std::size_t fitting_connections(std::size_t wanted, std::size_t reserve,
+                                std::uint64_t nofile);
 
 } // namespace oncegate::gateway
