@@ -28,6 +28,9 @@ struct cached_record {
   /// The request attempt that claimed it (0: none); unique per node, so a
   /// match sends the claim to the store, which also compares the owner.
   uint64_t request_id = 0;
+  /// False when the answer was too large to keep (`max_cached_answer`):
+  /// then only claims that need no answer are decided here.
+  bool answer_cached = true;
   std::string headers;
   std::string response;
 };
@@ -38,6 +41,7 @@ struct key_state {
   std::string key;
   /// The committed record, when known. Empty: ask the store.
   std::optional<cached_record> cached;
+  std::size_t max_cached_answer = 4096;
 
   static inline const char* name = "oncegate.key";
 };
@@ -58,8 +62,12 @@ void remember(key_state& st, const record& rec) {
   c.first_seen_ms = rec.first_seen_ms;
   c.expires_at_ms = rec.expires_at_ms;
   c.request_id = rec.request_id;
-  c.headers = rec.headers;
-  c.response = rec.response;
+  c.answer_cached = rec.headers.size() + rec.response.size()
+                    <= st.max_cached_answer;
+  if (c.answer_cached) {
+    c.headers = rec.headers;
+    c.response = rec.response;
+  }
 }
 
 // Answers a claim from the cached record, when it is live at the claim's
@@ -74,6 +82,9 @@ std::optional<claim_result> decide_cached(const key_state& st,
   // The request attempt that owns the record asks again (its answer was
   // lost with a leader): the store answers it as accepted.
   if (req.request_id != 0 && req.request_id == c.request_id)
+    return std::nullopt;
+  // The answer is not here: the store has it (a duplicate may replay it).
+  if (!c.answer_cached)
     return std::nullopt;
   claim_result res;
   auto same = req.fingerprint.size() == c.fingerprint.size()
@@ -102,6 +113,7 @@ key_actor::behavior_type key_impl(key_pointer self,
   st.store = std::move(store);
   st.route = std::move(route);
   st.key = std::move(key);
+  st.max_cached_answer = opts.max_cached_answer;
   return {
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
       auto& st = self->state;

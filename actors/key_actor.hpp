@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -45,6 +46,11 @@ using key_actor = caf::typed_actor<
 struct key_actor_options {
   /// A key actor with no request for this long leaves memory.
   caf::timespan idle_timeout = std::chrono::seconds(30);
+  /// A stored answer (headers and body) up to this many bytes is kept in
+  /// the actor's memory; a larger one is not, and a duplicate that needs it
+  /// asks the store. Bounds a live key's memory whatever the upstream
+  /// answered.
+  std::size_t max_cached_answer = 4096;
 };
 
 /// Spawns the actor of `(route, key)` as a monitored child of `parent`.

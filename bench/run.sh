@@ -23,7 +23,8 @@
 #   BENCH_MEM_ARGS="--keys.decision-cache=0"  options of the memory nodes
 #                                  (the bounded decision cache is measured
 #                                  apart from the actors by default)
-#   BENCH_SCENARIOS="core redis nginx big purge memory passivation cold cluster"
+#   BENCH_FLOOD_KEYS=3000/300      unique 60 KiB signals of the memory flood
+#   BENCH_SCENARIOS="core redis nginx big purge memory passivation cold cluster flood"
 #   BENCH_OUT=docs/benchmarks/ (smoke: a new temp dir)   where results go
 #   BENCH_TMPDIR=${TMPDIR:-/tmp}   data dirs (must be a real disk: fsync)
 #   BENCH_BUILD_DIR=build-release  release build dir (configured if missing)
@@ -42,11 +43,12 @@ START_EPOCH=$EPOCHREALTIME
 SMOKE=${BENCH_SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   d_secs=2 d_pool=2000 d_big=10000 d_purge=10000 d_mem=5000 d_mem_large=10000
-  d_passivate=1000 d_idle=2s d_cold=5000
+  d_passivate=1000 d_idle=2s d_cold=5000 d_flood=300
 else
   d_secs=10 d_pool=10000 d_big=10000000 d_purge=1000000 d_mem=100000
-  d_mem_large=1000000 d_passivate=5000 d_idle=5s d_cold=100000
+  d_mem_large=1000000 d_passivate=5000 d_idle=5s d_cold=100000 d_flood=3000
 fi
+FLOOD_KEYS=${BENCH_FLOOD_KEYS:-$d_flood}
 SECS=${BENCH_SECONDS:-$d_secs}
 THREADS=${BENCH_THREADS:-2}
 CONNS=${BENCH_CONNECTIONS:-50}
@@ -59,7 +61,7 @@ MEM_KEYS_LARGE=${BENCH_MEM_KEYS_LARGE:-$d_mem_large}
 PASSIVATE_KEYS=${BENCH_PASSIVATE_KEYS:-$d_passivate}
 IDLE_TIMEOUT=${BENCH_IDLE_TIMEOUT:-$d_idle}
 COLD_KEYS=${BENCH_COLD_KEYS:-$d_cold}
-SCENARIOS=${BENCH_SCENARIOS:-core redis nginx big purge memory passivation cold cluster}
+SCENARIOS=${BENCH_SCENARIOS:-core redis nginx big purge memory passivation cold cluster flood}
 WRK_TIMEOUT=${WRK_TIMEOUT:-10s}
 READY_TIMEOUT=${BENCH_READY_TIMEOUT:-120}
 STOP_TIMEOUT=${BENCH_STOP_TIMEOUT:-120}
@@ -677,6 +679,20 @@ sc_cluster() {
   fi
   [ "${counts[1]}" -ge "$acked" ] \
     || die "${counts[1]} records, fewer than the $acked acknowledged"
+}
+
+# 10: memory under a flood of large signals (bench/lib/flood.py): unique
+# keys with 60 KiB bodies, 60 KiB upstream answers on a replay route, one
+# node and a 3-node cluster; the peak RSS of every node against the bound
+# its byte limits promise (docs/benchmarks.md).
+sc_flood() {
+  local mode out
+  for mode in single cluster; do
+    out=$(python3 "$LIB/flood.py" "$ONCEGATE_BIN" "$mode" "$FLOOD_KEYS" 8 \
+            "$RUN_TMP") || { printf '%s\n' "$out" >>"$CSV"; die "flood $mode: a peak over its bound or failed requests (see the log)"; }
+    printf '%s\n' "$out" >>"$CSV"
+    log "  flood $mode: $(grep -E 'rss_peak_kib|bound_kib' <<<"$out" | cut -d, -f3,4 | tr '\n' ' ')"
+  done
 }
 
 # ---------------------------------------------------------------- report

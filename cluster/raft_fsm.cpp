@@ -46,10 +46,43 @@ void raft_fsm_adapter::on_restored(std::function<void()> fn) {
   on_restored_ = std::move(fn);
 }
 
+void raft_fsm_adapter::bound_log(uint64_t max_bytes, unsigned threshold,
+                                 unsigned trailing) {
+  max_log_bytes_ = max_bytes;
+  threshold_ = std::max(threshold, 1u);
+  trailing_ = trailing;
+}
+
+void raft_fsm_adapter::adjust_log_bounds() {
+  if (max_log_bytes_ == 0 || raft_ == nullptr)
+    return;
+  if (!lowered_ && log_bytes_ >= max_log_bytes_ / 4 * 3) {
+    // Snapshot now: libraft takes one once the entries applied since the
+    // last reach the threshold, checked after each apply.
+    raft_set_snapshot_threshold(raft_, static_cast<unsigned>(
+                                         std::max<uint64_t>(entries_, 1)));
+    lowered_ = true;
+    log::cluster()->info("fsm.log_bytes_bound bytes={} entries={}",
+                         log_bytes_, entries_);
+  }
+  if (avg_entry_ > 0) {
+    auto fits = static_cast<double>(max_log_bytes_ / 4) / avg_entry_;
+    auto trailing = static_cast<unsigned>(
+      std::clamp(fits, 1.0, static_cast<double>(std::max(trailing_, 1u))));
+    raft_set_snapshot_trailing(raft_, trailing);
+  }
+}
+
 int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
                             void** result) {
   auto self = static_cast<raft_fsm_adapter*>(fsm->data);
   *result = nullptr;
+  self->log_bytes_ += buf->len;
+  ++self->entries_;
+  self->avg_entry_ = self->avg_entry_ == 0
+                       ? static_cast<double>(buf->len)
+                       : 0.99 * self->avg_entry_ + 0.01 * buf->len;
+  self->adjust_log_bounds();
   // Inside apply, the entry's index is the last applied one plus one.
   auto index = static_cast<uint64_t>(raft_last_applied(self->raft_)) + 1;
   std::string_view entry{static_cast<const char*>(buf->base), buf->len};
@@ -116,26 +149,29 @@ int raft_fsm_adapter::snapshot_async(::raft_fsm* fsm, ::raft_buffer* bufs[],
 }
 
 bool raft_fsm_adapter::copy_pinned(::raft_buffer* bufs[], unsigned* n) {
-  auto image = snapshot_db_->snapshot_image();
+  // Straight into libraft's buffer: the database is in memory twice at the
+  // peak (SQLite's serialisation and this copy), once afterwards.
+  void* base = nullptr;
+  auto size = snapshot_db_->snapshot_image([&base](std::size_t n) {
+    base = raft_malloc(n > 0 ? n : 1);
+    return base;
+  });
   snapshot_db_->rollback();
   pinned_ = false;
-  if (!image) {
+  if (!size) {
+    raft_free(base);
     log::cluster()->error("fsm.snapshot_failed error={}",
-                          describe(image.error()));
+                          describe(size.error()));
     return false;
   }
   auto array = static_cast<::raft_buffer*>(raft_malloc(sizeof(::raft_buffer)));
-  auto base = raft_malloc(image->size());
-  if (array == nullptr || base == nullptr) {
-    raft_free(array);
+  if (array == nullptr) {
     raft_free(base);
-    log::cluster()->error("fsm.snapshot_failed error=out_of_memory bytes={}",
-                          image->size());
+    log::cluster()->error("fsm.snapshot_failed error=out_of_memory");
     return false;
   }
-  std::memcpy(base, image->data(), image->size());
   array[0].base = base;
-  array[0].len = image->size();
+  array[0].len = *size;
   *bufs = array;
   *n = 1;
   return true;
@@ -152,6 +188,16 @@ int raft_fsm_adapter::snapshot_finalize(::raft_fsm* fsm, ::raft_buffer* bufs[],
   }
   if (*bufs != nullptr) {
     ++self->snapshots_;
+    // The log now holds the trailing entries only.
+    auto kept = std::min<uint64_t>(self->entries_,
+                                   self->raft_->snapshot.trailing);
+    self->entries_ = 0;
+    self->log_bytes_ = static_cast<uint64_t>(self->avg_entry_
+                                             * static_cast<double>(kept));
+    if (self->lowered_) {
+      raft_set_snapshot_threshold(self->raft_, self->threshold_);
+      self->lowered_ = false;
+    }
     log::cluster()->debug("fsm.snapshot_done bytes={}", (*bufs)[0].len);
     for (unsigned i = 0; i < *n; ++i)
       raft_free((*bufs)[i].base);

@@ -77,6 +77,22 @@ public:
   /// Sets the hook run after a snapshot replaced the whole database.
   void on_restored(std::function<void()> fn);
 
+  /// Bounds libraft's log in memory by bytes as well as by entries: the log
+  /// kept between snapshots is `threshold` entries plus `trailing` behind a
+  /// snapshot, each up to the largest entry, so with large signals a count
+  /// alone bounds nothing. Once the entries applied since the last snapshot
+  /// reach three quarters of `max_bytes`, the threshold drops to what was
+  /// applied (libraft snapshots after the next entry); the trailing part is
+  /// held to what a quarter of `max_bytes` fits at the average entry size.
+  /// Set once, after `attach`; 0 bytes: counts only.
+  void bound_log(uint64_t max_bytes, unsigned threshold, unsigned trailing);
+
+  /// Bytes of the entries applied since the last snapshot (an estimate of
+  /// libraft's in-memory log, trailing part included).
+  uint64_t log_bytes() const {
+    return log_bytes_;
+  }
+
   /// Entries that failed to apply (decode or SQLite errors) and snapshots
   /// that failed to restore.
   uint64_t failures() const {
@@ -120,6 +136,16 @@ private:
   uint64_t failures_ = 0;
   uint64_t snapshots_ = 0;
   uint64_t restores_ = 0;
+  /// See `bound_log`.
+  uint64_t max_log_bytes_ = 0;
+  unsigned threshold_ = 0;
+  unsigned trailing_ = 0;
+  uint64_t log_bytes_ = 0;
+  uint64_t entries_ = 0;
+  double avg_entry_ = 0;
+  bool lowered_ = false;
+  // Re-derives libraft's snapshot threshold and trailing from the bytes.
+  void adjust_log_bounds();
 };
 
 } // namespace oncegate::cluster

@@ -184,6 +184,8 @@ struct raft_node::impl {
     next.applied_index = raft_last_applied(&r);
     next.last_index = r.last_stored;
     next.apply_failures = adapter->failures();
+    next.snapshots = adapter->snapshots();
+    next.log_bytes = adapter->log_bytes();
     // A leader that cannot apply (its disk is full, say) would keep leading
     // while deciding nothing: hand leadership to a voter that can. It keeps
     // retrying as a follower and catches up once it can write again.
@@ -440,6 +442,8 @@ raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
   raft_set_heartbeat_timeout(&x.r, x.opts.heartbeat_timeout_ms);
   raft_set_snapshot_threshold(&x.r, x.opts.snapshot_threshold);
   raft_set_snapshot_trailing(&x.r, x.opts.snapshot_trailing);
+  x.adapter->bound_log(x.opts.max_log_bytes, x.opts.snapshot_threshold,
+                       x.opts.snapshot_trailing);
   raft_set_pre_vote(&x.r, true);
   if (x.opts.bootstrap) {
     ::raft_configuration conf;

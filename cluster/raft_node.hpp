@@ -38,6 +38,9 @@ struct raft_node_options {
   /// Entries between snapshots, and entries kept behind a snapshot.
   uint32_t snapshot_threshold = 100000;
   uint32_t snapshot_trailing = 8192;
+  /// Bytes of log entries kept in memory between snapshots at most (an
+  /// estimate; see `raft_fsm_adapter::bound_log`); 0: entry counts only.
+  uint64_t max_log_bytes = 128 * 1024 * 1024;
   /// Proposals queued for the Raft thread at most; beyond, `propose` fails
   /// at once with `RAFT_BUSY`.
   uint32_t max_queued = 4096;
@@ -78,6 +81,10 @@ struct raft_status {
   double proposal_seconds_sum = 0;
   /// Entries whose application failed (decode or SQLite errors).
   uint64_t apply_failures = 0;
+  /// Snapshots this node took, and the estimated bytes of log entries it
+  /// holds in memory (see `raft_options::max_log_bytes`).
+  uint64_t snapshots = 0;
+  uint64_t log_bytes = 0;
   /// The configuration: members and their roles (RAFT_VOTER, ...).
   std::vector<std::pair<member, int>> members;
 };

@@ -81,6 +81,8 @@ struct replicated_state {
   wall_clock_fn now;
   std::vector<command> pending;
   std::vector<waiter> waiters;
+  /// Bytes of `pending` (as encoded).
+  uint64_t pending_bytes = 0;
   // Entries in flight, by sequence number.
   std::unordered_map<uint64_t, std::vector<waiter>> outstanding;
   uint64_t next_seq = 1;
@@ -107,11 +109,22 @@ void flush(store_pointer self) {
       w.fail(err);
     st.pending.clear();
     st.waiters.clear();
+    st.pending_bytes = 0;
     return;
   }
   while (!st.pending.empty()
          && st.outstanding.size() < st.opts.max_outstanding) {
-    auto n = std::min<size_t>(st.pending.size(), st.opts.max_batch);
+    // Bounded by count and by bytes: libraft keeps each entry in memory
+    // until a snapshot covers it (see `raft_options::max_log_bytes`).
+    size_t n = 0;
+    size_t bytes = 0;
+    while (n < st.pending.size() && n < st.opts.max_batch) {
+      auto more = persistence::encoded_size(st.pending[n]);
+      if (n > 0 && bytes + more > st.opts.max_entry_bytes)
+        break;
+      bytes += more;
+      ++n;
+    }
     std::vector<command> batch(
       std::make_move_iterator(st.pending.begin()),
       std::make_move_iterator(st.pending.begin() + n));
@@ -120,6 +133,7 @@ void flush(store_pointer self) {
       std::make_move_iterator(st.waiters.begin() + n));
     st.pending.erase(st.pending.begin(), st.pending.begin() + n);
     st.waiters.erase(st.waiters.begin(), st.waiters.begin() + n);
+    st.pending_bytes -= std::min(st.pending_bytes, bytes);
     auto t = st.now();
     for (auto& cmd : batch) {
       if (cmd.type == command::kind::claim)
@@ -198,10 +212,14 @@ void settle(store_pointer self, proposal_outcome& out) {
 
 void enqueue(store_pointer self, command&& cmd, waiter&& w) {
   auto& st = self->state;
-  if (st.pending.size() >= st.opts.max_pending) {
+  auto bytes = persistence::encoded_size(cmd);
+  if (st.pending.size() >= st.opts.max_pending
+      || (!st.pending.empty()
+          && st.pending_bytes + bytes > st.opts.max_pending_bytes)) {
     w.fail(make_error(errc::overloaded, "store queue full"));
     return;
   }
+  st.pending_bytes += bytes;
   w.type = cmd.type;
   st.pending.emplace_back(std::move(cmd));
   st.waiters.emplace_back(std::move(w));

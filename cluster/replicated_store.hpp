@@ -22,6 +22,12 @@ struct replicated_store_options {
   /// Commands waiting for an entry at most; beyond, new ones fail at once
   /// with `errc::overloaded`.
   uint32_t max_pending = 65536;
+  /// Bytes of commands waiting for an entry at most (a first one always
+  /// fits); beyond, new ones fail at once with `errc::overloaded`.
+  uint64_t max_pending_bytes = 64 * 1024 * 1024;
+  /// Bytes of commands per log entry at most (one command larger than this
+  /// is an entry of its own).
+  uint64_t max_entry_bytes = 1024 * 1024;
   /// An in-flight record first seen this long ago has outlived every
   /// forward (connect + response timeouts): each purge turns such records
   /// in-doubt. 0: never.

@@ -10,9 +10,16 @@ constexpr std::size_t shard_count = 64;
 
 } // namespace
 
-decision_cache::decision_cache(std::size_t capacity)
+// What an entry costs beyond its strings: the map node, the key's copy in
+// `order`, and the allocators' headers.
+constexpr std::size_t entry_overhead = 160;
+
+decision_cache::decision_cache(std::size_t capacity, std::size_t max_bytes)
   : capacity_(capacity),
     per_shard_(capacity == 0 ? 0 : std::max<std::size_t>(capacity / shard_count, 1)),
+    per_shard_bytes_(max_bytes == 0
+                       ? SIZE_MAX
+                       : std::max<std::size_t>(max_bytes / shard_count, 1024)),
     shards_(capacity == 0 ? 0 : shard_count) {
   // nop
 }
@@ -45,6 +52,8 @@ std::optional<cache_hit> decision_cache::lookup(std::string_view routing,
       || !live(record_state::completed, i->second.expires_at_ms, now_ms))
     return std::nullopt;
   auto& e = i->second;
+  if (with_body && !e.has_body)
+    return std::nullopt;
   cache_hit hit;
   hit.same_payload = e.fingerprint == fingerprint;
   hit.first_seen_ms = e.first_seen_ms;
@@ -57,9 +66,12 @@ std::optional<cache_hit> decision_cache::lookup(std::string_view routing,
 }
 
 void decision_cache::remember(const std::string& routing, const record& rec,
-                              uint64_t epoch_seen) {
+                              uint64_t epoch_seen, bool with_body) {
   if (!enabled() || rec.state != record_state::completed)
     return;
+  auto base = entry_overhead + 2 * routing.size() + rec.fingerprint.size();
+  auto body = rec.headers.size() + rec.response.size();
+  with_body = with_body && base + body <= per_shard_bytes_ / 16;
   auto& sh = shard_for(routing);
   std::lock_guard<std::mutex> guard{sh.mtx};
   if (sh.epoch.load(std::memory_order_relaxed) != epoch_seen)
@@ -68,18 +80,34 @@ void decision_cache::remember(const std::string& routing, const record& rec,
   auto& e = i->second;
   if (!added && e.first_seen_ms > rec.first_seen_ms)
     return; // a newer record of the key is already here
+  sh.bytes -= e.cost;
   e.fingerprint = rec.fingerprint;
   e.first_seen_ms = rec.first_seen_ms;
   e.expires_at_ms = rec.expires_at_ms;
   e.status = rec.status;
-  e.headers = rec.headers;
-  e.response = rec.response;
-  if (added) {
+  e.has_body = with_body;
+  if (with_body) {
+    e.headers = rec.headers;
+    e.response = rec.response;
+  } else {
+    std::string{}.swap(e.headers);
+    std::string{}.swap(e.response);
+  }
+  e.cost = base + (with_body ? body : 0);
+  sh.bytes += e.cost;
+  if (added)
     sh.order.push_back(routing);
-    while (sh.map.size() > per_shard_ && !sh.order.empty()) {
-      sh.map.erase(sh.order.front());
-      sh.order.pop_front();
-    }
+  // Oldest first, never the entry just made.
+  while ((sh.map.size() > per_shard_ || sh.bytes > per_shard_bytes_)
+         && !sh.order.empty() && sh.map.size() > 1) {
+    auto victim = sh.map.find(sh.order.front());
+    sh.order.pop_front();
+    if (victim == sh.map.end())
+      continue; // forgotten since
+    if (victim->first == routing)
+      sh.order.push_back(routing); // keep the newest; evict the next one
+    else
+      sh.erase(victim);
   }
   // Keys erased by `forget` stay in `order`; keep it from growing without
   // bound under churn.
@@ -98,7 +126,17 @@ void decision_cache::forget(std::string_view routing) {
   auto& sh = shard_for(routing);
   std::lock_guard<std::mutex> guard{sh.mtx};
   sh.epoch.fetch_add(1, std::memory_order_acq_rel);
-  sh.map.erase(std::string{routing});
+  if (auto i = sh.map.find(std::string{routing}); i != sh.map.end())
+    sh.erase(i);
+}
+
+std::size_t decision_cache::bytes() const {
+  std::size_t n = 0;
+  for (auto& sh : shards_) {
+    std::lock_guard<std::mutex> guard{sh.mtx};
+    n += sh.bytes;
+  }
+  return n;
 }
 
 std::size_t decision_cache::size() const {

@@ -39,9 +39,16 @@ struct cache_hit {
 /// key's actor. Thread-safe; sharded mutexes.
 class decision_cache {
 public:
-  /// `capacity` entries at most (oldest inserted evicted first); 0 disables
-  /// the cache.
-  explicit decision_cache(std::size_t capacity);
+  /// `capacity` entries and `max_bytes` bytes (keys, fingerprints, stored
+  /// answers and bookkeeping; 0: no byte bound) at most, oldest inserted
+  /// evicted first; a capacity of 0 disables the cache. An answer too large
+  /// for a sixteenth of a shard's bytes is kept without its body (replays
+  /// of it miss and go to the key's actor).
+  explicit decision_cache(std::size_t capacity,
+                          std::size_t max_bytes = default_max_bytes);
+
+  /// 64 MiB.
+  static constexpr std::size_t default_max_bytes = 64 * 1024 * 1024;
 
   bool enabled() const {
     return capacity_ > 0;
@@ -50,15 +57,18 @@ public:
   /// The release epoch of the shard holding `routing`.
   uint64_t epoch(std::string_view routing) const;
 
-  /// Looks up a live completed record for `routing` at `now_ms`.
+  /// Looks up a live completed record for `routing` at `now_ms`; with
+  /// `with_body`, only an entry that kept its answer's body is a hit.
   std::optional<cache_hit> lookup(std::string_view routing,
                                   std::string_view fingerprint, int64_t now_ms,
                                   bool with_body) const;
 
   /// Keeps `rec` if it is completed and no release happened in its shard
   /// since `epoch_seen`; a newer record of the key wins over an older one.
+  /// `with_body`: keep the answer's headers and body (routes that replay
+  /// duplicates); otherwise only what a 409 needs.
   void remember(const std::string& routing, const record& rec,
-                uint64_t epoch_seen);
+                uint64_t epoch_seen, bool with_body = true);
 
   /// Drops `routing` and advances its shard's epoch.
   void forget(std::string_view routing);
@@ -66,14 +76,19 @@ public:
   /// Entries held (tests, metrics).
   std::size_t size() const;
 
+  /// Bytes held, as counted against `max_bytes` (tests, metrics).
+  std::size_t bytes() const;
+
 private:
   struct entry {
     std::string fingerprint;
     int64_t first_seen_ms = 0;
     int64_t expires_at_ms = 0;
     uint16_t status = 0;
+    bool has_body = false;
     std::string headers;
     std::string response;
+    std::size_t cost = 0;
   };
 
   struct shard {
@@ -82,12 +97,20 @@ private:
     /// Insertion order for eviction (may hold keys erased since).
     std::deque<std::string> order;
     std::atomic<uint64_t> epoch{0};
+    std::size_t bytes = 0;
+
+    void erase(std::unordered_map<std::string, entry>::iterator i) {
+      bytes -= i->second.cost;
+      map.erase(i);
+    }
   };
 
   shard& shard_for(std::string_view routing) const;
 
   std::size_t capacity_;
   std::size_t per_shard_;
+  /// Per shard; SIZE_MAX: unbounded.
+  std::size_t per_shard_bytes_;
   mutable std::vector<shard> shards_;
 };
 

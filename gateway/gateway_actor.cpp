@@ -1,5 +1,6 @@
 #include "gateway/gateway_actor.hpp"
 
+#include <mutex>
 #include <algorithm>
 #include <atomic>
 #include <random>
@@ -346,6 +347,12 @@ public:
     res.commit_index = st.commit_index;
     res.applied_index = st.applied_index;
     res.last_index = st.last_index;
+    {
+      std::lock_guard<std::mutex> guard{background_mtx_};
+      res.background_retries = background_;
+      res.background_bytes = background_bytes_;
+      res.background_dropped = background_dropped_;
+    }
     res.leader_changes = st.leader_changes;
     res.proposals_applied = st.proposals_applied;
     res.proposals_failed = st.proposals_failed;
@@ -440,10 +447,14 @@ private:
   // `keep_trying` passed.
   void retry_update(caf::actor shard, record_update upd,
                     caf::timespan keep_trying) {
-    post([this, shard, upd = std::move(upd),
-          keep_trying](caf::event_based_actor* self) mutable {
+    auto cost = background_cost(upd);
+    if (!admit_background(cost, upd))
+      return;
+    post([this, shard, upd = std::move(upd), keep_trying,
+          cost](caf::event_based_actor* self) mutable {
       auto key = upd.key;
-      auto done = [key](reply<update_result> rep) {
+      auto done = [this, key, cost](reply<update_result> rep) {
+        settle_background(cost);
         if (rep.ok)
           log::gateway()->warn("update.applied_late key={}", key);
         else
@@ -465,10 +476,14 @@ private:
   // settles the question for good.
   void release_abandoned(caf::actor shard, record_update undo,
                          caf::timespan keep_trying) {
-    post([this, shard, undo = std::move(undo),
-          keep_trying](caf::event_based_actor* self) mutable {
+    auto cost = background_cost(undo);
+    if (!admit_background(cost, undo))
+      return;
+    post([this, shard, undo = std::move(undo), keep_trying,
+          cost](caf::event_based_actor* self) mutable {
       auto key = undo.key;
-      auto done = [key](reply<update_result> rep) {
+      auto done = [this, key, cost](reply<update_result> rep) {
+        settle_background(cost);
         if (rep.ok && rep.value.applied)
           log::gateway()->warn("claim.abandoned_released key={}", key);
         else if (!rep.ok)
@@ -483,6 +498,36 @@ private:
     });
   }
 
+  static std::size_t background_cost(const record_update& upd) {
+    return 256 + upd.route.size() + upd.key.size() + upd.headers.size()
+           + upd.response.size();
+  }
+
+  // Takes a place for a background retry, or drops it (see
+  // `gateway_actor_options::max_background`).
+  bool admit_background(std::size_t cost, const record_update& upd) {
+    std::lock_guard<std::mutex> guard{background_mtx_};
+    if (background_ + 1 > opts_.max_background
+        || background_bytes_ + cost > opts_.max_background_bytes) {
+      ++background_dropped_;
+      log::gateway()->error("update.background_dropped route={} key={} "
+                            "op={} retries={} bytes={} (the record turns "
+                            "in_doubt at its deadline)",
+                            upd.route, upd.key, to_string(upd.op),
+                            background_, background_bytes_);
+      return false;
+    }
+    ++background_;
+    background_bytes_ += cost;
+    return true;
+  }
+
+  void settle_background(std::size_t cost) {
+    std::lock_guard<std::mutex> guard{background_mtx_};
+    --background_;
+    background_bytes_ -= cost;
+  }
+
   std::chrono::steady_clock::time_point deadline() const {
     return std::chrono::steady_clock::now() + opts_.leader_wait;
   }
@@ -494,6 +539,10 @@ private:
 
   node node_;
   gateway_actor_options opts_;
+  mutable std::mutex background_mtx_;
+  std::size_t background_ = 0;
+  std::size_t background_bytes_ = 0;
+  uint64_t background_dropped_ = 0;
   std::shared_ptr<const cluster_route> cluster_;
   /// Request ids: a random start (unique across restarts) counting up.
   std::atomic<uint64_t> next_request_id_{random_start()};

@@ -25,6 +25,13 @@ struct gateway_actor_options {
   /// asked lost leadership) before it is answered 503.
   caf::timespan leader_wait = std::chrono::seconds(3);
   caf::timespan retry_interval = std::chrono::milliseconds(20);
+  /// Cluster mode: record transitions retried in the background (an outcome
+  /// that found no leader, the release of an abandoned claim) at most, by
+  /// count and by bytes. Beyond, a retry is dropped (logged, counted): its
+  /// record stays in flight and turns in-doubt at its deadline, so nothing
+  /// executes twice; an operator settles it.
+  std::size_t max_background = 10'000;
+  std::size_t max_background_bytes = 16 * 1024 * 1024;
 };
 
 /// The bridge between asio threads and the actors. An asio thread hands a

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "gateway/http_server.hpp"
+
 namespace oncegate::gateway {
 
 namespace {
@@ -164,6 +166,15 @@ std::string gateway_metrics::render(const node_metrics& node) const {
                    "Time from a complete webhook request to its response.",
                    bounds_, counts, latency_sum_ns_.load() / 1e9,
                    latency_count_.load());
+  auto transport = transport_counters();
+  metric(out, "oncegate_http_internal_errors_total", "counter",
+         "Requests answered 500 because the handler threw or its answer "
+         "could not be sent (a bug: see http.internal_error in the log).",
+         transport.internal_errors);
+  metric(out, "oncegate_http_accept_errors_total", "counter",
+         "Failed accepts of new connections (out of descriptors and "
+         "similar); the listener backs off up to 1 s between tries.",
+         transport.accept_errors);
   metric(out, "oncegate_metrics_complete", "gauge",
          "1 when every actor answered the last scrape in time.",
          node.complete ? 1 : 0);
@@ -242,6 +253,17 @@ std::string gateway_metrics::render(const node_metrics& node) const {
            c.proposals_failed);
     metric(out, "oncegate_raft_members", "gauge",
            "Members of the Raft configuration.", c.members.size());
+    metric(out, "oncegate_background_retries", "gauge",
+           "Record transitions retried in the background (no leader).",
+           c.background_retries);
+    metric(out, "oncegate_background_retry_bytes", "gauge",
+           "Bytes held by background retries (bounded by "
+           "cluster.max-background-bytes).",
+           c.background_bytes);
+    metric(out, "oncegate_background_retries_dropped_total", "counter",
+           "Background retries dropped at the bound (their records turn "
+           "in_doubt at their deadline).",
+           c.background_dropped);
   }
   return out;
 }

@@ -63,6 +63,12 @@ node_config::node_config() {
     .add(decision_cache, "decision-cache",
          "completed decisions cached for duplicates on HTTP threads "
          "(entries; 0: off)")
+    .add(decision_cache_bytes, "decision-cache-bytes",
+         "bytes the decision cache holds at most (answers included; 0: "
+         "no byte bound)")
+    .add(key_cache_bytes, "actor-cache-bytes",
+         "a live key actor keeps a stored answer up to this size in memory "
+         "(larger ones are read from the store when a duplicate needs it)")
     .add(in_flight_deadline, "in-flight-deadline",
          "an in-flight record older than this turns in-doubt (0: the "
          "longest upstream connect + response timeout + 10s)");
@@ -70,6 +76,9 @@ node_config::node_config() {
     .add(max_batch, "max-batch", "operations per transaction at most")
     .add(max_pending, "max-pending",
          "operations waiting for a transaction at most (503 beyond)")
+    .add(max_pending_bytes, "max-pending-bytes",
+         "bytes of operations waiting for a transaction at most (503 "
+         "beyond)")
     .add(checkpoint_pages, "checkpoint-pages",
          "WAL pages that trigger a background checkpoint")
     .add(store_on_scheduler, "on-scheduler",
@@ -104,7 +113,17 @@ node_config::node_config() {
     .add(leader_wait, "leader-wait",
          "how long a request looks for a ready leader before 503")
     .add(max_outstanding, "max-outstanding",
-         "raft entries proposed and not yet applied at most");
+         "raft entries proposed and not yet applied at most")
+    .add(max_entry_bytes, "max-entry-bytes",
+         "bytes of commands per raft log entry at most")
+    .add(max_log_bytes, "max-log-bytes",
+         "bytes of raft log entries kept in memory between snapshots at "
+         "most (a snapshot is taken sooner; 0: entry counts only)")
+    .add(max_background, "max-background",
+         "record transitions retried in the background at most (beyond: "
+         "dropped, the record turns in_doubt at its deadline)")
+    .add(max_background_bytes, "max-background-bytes",
+         "bytes of record transitions retried in the background at most");
   opt_group{custom_options_, "alarm"}
     .add(purge_chunk, "purge-chunk", "records deleted per purge transaction")
     .add(alarm_max_interval, "max-interval",
@@ -183,8 +202,10 @@ node_options node_config::node_opts() const {
   res.detached_store = !store_on_scheduler;
   res.store_actor.max_batch = static_cast<uint32_t>(max_batch);
   res.store_actor.max_pending = static_cast<uint32_t>(max_pending);
+  res.store_actor.max_pending_bytes = max_pending_bytes;
   res.registry.max_live_keys = max_live_keys;
   res.registry.key.idle_timeout = key_idle_timeout;
+  res.registry.key.max_cached_answer = key_cache_bytes;
   res.registry_shards = static_cast<uint32_t>(registry_shards);
   res.alarm.chunk = static_cast<uint32_t>(purge_chunk);
   res.alarm.max_interval = alarm_max_interval;
@@ -233,6 +254,7 @@ node_config::webhook_opts(const env_lookup& env, std::string& error) const {
   res.routes = std::move(*routes);
   res.admin.token = admin_token;
   res.decision_cache = decision_cache;
+  res.decision_cache_bytes = decision_cache_bytes;
   if (!admin_token_env.empty()) {
     auto val = env(admin_token_env);
     if (!val || val->empty()) {
@@ -329,6 +351,8 @@ gateway_actor_options node_config::gateway_opts() const {
   gateway_actor_options res;
   res.actors = gateway_actors;
   res.leader_wait = leader_wait;
+  res.max_background = max_background;
+  res.max_background_bytes = max_background_bytes;
   return res;
 }
 
@@ -373,6 +397,9 @@ node_config::cluster_opts(std::string& error) const {
   res.raft.snapshot_trailing = static_cast<uint32_t>(snapshot_trailing);
   res.store.max_batch = static_cast<uint32_t>(max_batch);
   res.store.max_pending = static_cast<uint32_t>(max_pending);
+  res.store.max_pending_bytes = max_pending_bytes;
+  res.store.max_entry_bytes = max_entry_bytes;
+  res.raft.max_log_bytes = max_log_bytes;
   res.store.max_outstanding = static_cast<uint32_t>(max_outstanding);
   res.remote_timeout = remote_timeout;
   return res;

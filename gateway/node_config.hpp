@@ -104,11 +104,14 @@ public:
   size_t registry_shards = 1;
   size_t gateway_actors = 1;
   size_t decision_cache = 100'000;
+  size_t decision_cache_bytes = 64 * 1024 * 1024;
+  size_t key_cache_bytes = 4096;
   caf::timespan in_flight_deadline = caf::timespan::zero();
 
   // [store]
   size_t max_batch = 1024;
   size_t max_pending = 65536;
+  uint64_t max_pending_bytes = 64 * 1024 * 1024;
   size_t checkpoint_pages = 4000;
   size_t max_pages = 0;
   bool store_on_scheduler = false;
@@ -129,6 +132,10 @@ public:
   size_t snapshot_trailing = 8192;
   caf::timespan remote_timeout = std::chrono::seconds(1);
   caf::timespan leader_wait = std::chrono::seconds(3);
+  size_t max_background = 10'000;
+  uint64_t max_entry_bytes = 1024 * 1024;
+  uint64_t max_log_bytes = 128 * 1024 * 1024;
+  size_t max_background_bytes = 16 * 1024 * 1024;
   size_t max_outstanding = 4;
 
   // [alarm]

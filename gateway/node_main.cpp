@@ -1,6 +1,7 @@
 #include "gateway/node_main.hpp"
 
 #include <csignal>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <cstdlib>
 #include <filesystem>
@@ -200,6 +201,11 @@ int run_node(int argc, char** argv, const run_options& ro) {
   // Everything the node writes (database, WAL, Raft log, backups, log
   // files) is for its owner only.
   ::umask(077);
+  // Large buffers (signals, answers, snapshot images) go straight to mmap
+  // and back to the system when freed: glibc's default threshold grows
+  // with every freed large buffer until they stay in the heap, and the
+  // process keeps the peak of a flood for good.
+  ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   node_config cfg;
   bool check = false;
   auto args = expand_check_config(argc, argv, check);
@@ -318,10 +324,16 @@ int run_node(int argc, char** argv, const run_options& ro) {
   }
   auto exit_code = 0;
   {
+    auto opts_routes = web->routes.routes;
     webhook_handler handler{std::move(*web), *service, clock};
     sink->attach(&handler);
-    auto server = http_server::listen(cfg.http_opts(), handler,
-                                               error);
+    auto hopts = cfg.http_opts();
+    // Descriptors besides the listener's connections: SQLite, Raft, logs
+    // (about 15 measured) and every upstream pool's connections.
+    for (auto& r : opts_routes)
+      if (r.upstream)
+        hopts.fd_reserve += r.upstream->max_connections;
+    auto server = http_server::listen(hopts, handler, error);
     if (!server) {
       log::gateway()->critical("node.listen_failed error={}", error);
       exit_code = 1;

@@ -48,6 +48,11 @@ struct cluster_info {
   uint64_t proposals_applied = 0;
   uint64_t proposals_failed = 0;
   double proposal_seconds_sum = 0;
+  /// Record transitions being retried in the background, their bytes, and
+  /// how many were dropped at the bound.
+  uint64_t background_retries = 0;
+  uint64_t background_bytes = 0;
+  uint64_t background_dropped = 0;
   std::vector<cluster_member> members;
 };
 

@@ -24,6 +24,7 @@ constexpr std::string_view known_keys[] = {"auth",
                                            "upstream-connect-timeout",
                                            "upstream-timeout",
                                            "upstream-connections",
+                                           "upstream-max-response",
                                            "respond-after"};
 
 std::chrono::milliseconds to_ms(caf::timespan x) {
@@ -191,12 +192,17 @@ public:
         if (!num || *num < 1 || *num > 10000)
           return fail(name, key, "expected 1..10000");
         max_connections_ = static_cast<std::size_t>(*num);
+      } else if (key == "upstream-max-response") {
+        auto num = caf::get_if<int64_t>(&value);
+        if (!num || *num < 1 || *num > 16 * 1024 * 1024)
+          return fail(name, key, "expected 1..16777216 (bytes)");
+        max_response_ = static_cast<std::size_t>(*num);
       }
     }
     if (upstream_url_) {
       r.upstream = std::move(upstream_url_);
     } else if ((connect_timeout_ || response_timeout_ || max_connections_
-                || r.respond_after.count() > 0)
+                || max_response_ || r.respond_after.count() > 0)
                && !r.upstream) {
       return fail(name, "upstream", "upstream options set without upstream");
     }
@@ -207,6 +213,8 @@ public:
         r.upstream->response_timeout = *response_timeout_;
       if (max_connections_)
         r.upstream->max_connections = *max_connections_;
+      if (max_response_)
+        r.upstream->max_response = *max_response_;
     }
     return finish(name, r);
   }
@@ -246,6 +254,7 @@ private:
   std::optional<std::chrono::milliseconds> connect_timeout_;
   std::optional<std::chrono::milliseconds> response_timeout_;
   std::optional<std::size_t> max_connections_;
+  std::optional<std::size_t> max_response_;
 };
 
 route_config default_route(const route_defaults& defaults) {

@@ -27,8 +27,12 @@ struct upstream_target {
   /// Connections to this upstream at most (busy + idle); a request beyond
   /// is "not sent" (pool exhausted).
   std::size_t max_connections = 64;
-  /// Largest upstream response body stored and relayed.
-  std::size_t max_response = 1024 * 1024;
+  /// Largest upstream response body stored and relayed (route option
+  /// `upstream-max-response`). A larger answer is an upstream error after
+  /// sending: the key is in doubt. It is kept in the record, in the live key
+  /// actor (up to `keys.actor-cache-bytes`) and in the decision cache
+  /// (within `keys.decision-cache-bytes`), so it bounds memory per key.
+  std::size_t max_response = 64 * 1024;
 };
 
 /// Parses `http://host[:port][/path]`; nothing for anything else (https is

@@ -137,6 +137,27 @@ caf::error malformed(const char* what) {
 
 } // namespace
 
+std::size_t encoded_size(const command& cmd) {
+  switch (cmd.type) {
+    case command::kind::claim: {
+      auto& c = cmd.claim;
+      return 1 + 6 * 4 + c.route.size() + c.key.size() + c.fingerprint.size()
+             + c.headers.size() + c.response.size() + c.signal.size() + 8 * 4
+             + 1 + 2;
+    }
+    case command::kind::update: {
+      auto& u = cmd.update;
+      return 1 + 4 * 4 + u.route.size() + u.key.size() + u.headers.size()
+             + u.response.size() + 1 + 8 + 2 + 8;
+    }
+    case command::kind::purge:
+      return 1 + 8 + 4;
+    case command::kind::doubt:
+      return 1 + 8 + 8;
+  }
+  return 0;
+}
+
 std::string encode_batch(const std::vector<command>& batch) {
   writer w;
   w.u32(batch_magic);

@@ -36,6 +36,9 @@ struct command {
 /// corrupts its on-disk log).
 std::string encode_batch(const std::vector<command>& batch);
 
+/// Bytes `cmd` takes in an encoded batch.
+std::size_t encoded_size(const command& cmd);
+
 /// Decodes what `encode_batch` wrote; fails with `errc::invalid_argument`
 /// on anything else (wrong magic, truncation, unknown kinds, trailing bytes
 /// other than padding).

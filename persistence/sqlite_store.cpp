@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -834,18 +835,37 @@ caf::expected<uint64_t> sqlite_store::begin_read() {
 }
 
 caf::expected<std::string> sqlite_store::snapshot_image() {
+  std::string image;
+  auto res = snapshot_image([&image](std::size_t n) -> void* {
+    image.resize(n);
+    return image.data();
+  });
+  if (!res)
+    return std::move(res.error());
+  return image;
+}
+
+caf::expected<std::size_t>
+sqlite_store::snapshot_image(const std::function<void*(std::size_t)>& alloc) {
   sqlite3_int64 size = 0;
   auto bytes = sqlite3_serialize(impl_->db, "main", &size, 0);
   if (bytes == nullptr)
     return sqlite_error(impl_->db, "serialize database");
-  std::string image(reinterpret_cast<const char*>(bytes),
-                    static_cast<size_t>(size));
+  auto n = static_cast<std::size_t>(size);
+  auto out = static_cast<unsigned char*>(alloc(n));
+  if (out == nullptr) {
+    sqlite3_free(bytes);
+    return make_error(errc::storage_failure,
+                      "snapshot image: out of memory for "
+                        + std::to_string(n) + " bytes");
+  }
+  std::memcpy(out, bytes, n);
   sqlite3_free(bytes);
   // Bytes 18 and 19 of the header say WAL (2); an image is a file of its
   // own, which SQLite opens in memory only as a rollback-journal one (1).
-  if (image.size() >= 20)
-    image[18] = image[19] = 1;
-  return image;
+  if (n >= 20)
+    out[18] = out[19] = 1;
+  return n;
 }
 
 caf::error sqlite_store::backup_to(const std::string& path) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -161,6 +162,12 @@ public:
   /// transaction or else of the last commit: a snapshot of the replicated
   /// state machine, for `restore_image` on any replica.
   caf::expected<std::string> snapshot_image();
+
+  /// The same image, written into the buffer `alloc(size)` returns (two
+  /// copies of the database in memory at the peak, not three); answers
+  /// its size. Fails when `alloc` returns null.
+  caf::expected<std::size_t>
+  snapshot_image(const std::function<void*(std::size_t)>& alloc);
 
   /// Copies the database as it is at this moment into a new file `path`
   /// (SQLite's online backup API: one consistent read, concurrent writers

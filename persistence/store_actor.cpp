@@ -51,6 +51,8 @@ struct store_state {
   /// Commands waiting for the next transaction, and who waits for each.
   std::vector<command> pending;
   std::vector<waiter> waiters;
+  /// Bytes of `pending` (as encoded).
+  uint64_t pending_bytes = 0;
   /// Index of the next batch: a single node numbers its transactions like
   /// log entries, so that it applies them exactly as a replica would.
   uint64_t next_index = 1;
@@ -72,6 +74,8 @@ struct store_state {
     std::vector<waiter> waiting(std::make_move_iterator(waiters.begin()),
                                 std::make_move_iterator(waiters.begin() + n));
     pending.erase(pending.begin(), pending.begin() + n);
+    for (auto& cmd : batch)
+      pending_bytes -= std::min<uint64_t>(pending_bytes, encoded_size(cmd));
     waiters.erase(waiters.begin(), waiters.begin() + n);
     auto started = std::chrono::steady_clock::now();
     auto results = apply_batch(*db, next_index, batch);
@@ -132,10 +136,14 @@ using store_pointer = store_actor::stateful_pointer<store_state>;
 // the next transaction.
 void enqueue(store_pointer self, command&& cmd, waiter&& w) {
   auto& st = self->state;
-  if (st.pending.size() >= st.opts.max_pending) {
+  auto bytes = encoded_size(cmd);
+  if (st.pending.size() >= st.opts.max_pending
+      || (!st.pending.empty()
+          && st.pending_bytes + bytes > st.opts.max_pending_bytes)) {
     w.fail(cmd.type, make_error(errc::overloaded, "store queue full"));
     return;
   }
+  st.pending_bytes += bytes;
   st.pending.emplace_back(std::move(cmd));
   st.waiters.emplace_back(std::move(w));
   if (st.opts.unsafe_ack_before_commit) {

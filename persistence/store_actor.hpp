@@ -79,6 +79,10 @@ struct store_actor_options {
   /// Operations waiting for a transaction at most; beyond, new operations
   /// fail at once with `errc::overloaded`.
   uint32_t max_pending = 65536;
+  /// Bytes of operations waiting for a transaction at most (a first one
+  /// always fits); beyond, new operations fail at once with
+  /// `errc::overloaded`.
+  uint64_t max_pending_bytes = 64 * 1024 * 1024;
   /// An in-flight record first seen this long ago has outlived every
   /// forward (connect + response timeouts): each purge turns such records
   /// in-doubt. 0: never.

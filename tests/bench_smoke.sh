@@ -56,6 +56,8 @@ cluster3_unloaded oncegate_cluster3
 cluster3_leader_c50 oncegate_cluster3
 cluster3_follower_c50 oncegate_cluster3
 cluster3_store oncegate_cluster3
+flood_single oncegate
+flood_cluster oncegate_cluster3
 "
 while read -r scenario system; do
   [ -n "$scenario" ] || continue
@@ -72,6 +74,15 @@ done <<<"$pairs"
 ok=1
 [ -f "$csv" ] && grep -q '^cluster3_store,oncegate_cluster3,records_equal,1,' "$csv" && ok=0
 check "cluster3_store/records_equal" "$ok" "missing or not 1"
+
+# Under the flood, every node's peak RSS stayed within its bound.
+for row in flood_single,oncegate,node flood_cluster,oncegate_cluster3,node1 \
+           flood_cluster,oncegate_cluster3,node2 \
+           flood_cluster,oncegate_cluster3,node3; do
+  ok=1
+  [ -f "$csv" ] && grep -q "^${row}_peak_within_bound,1," "$csv" && ok=0
+  check "${row}_peak_within_bound" "$ok" "missing or not 1"
+done
 
 for f in results.md throughput.png latency.png; do
   check "$f" "$([ -s "$OUT/$f" ] && echo 0 || echo 1)" "missing or empty"

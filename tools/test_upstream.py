@@ -111,6 +111,8 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "error":
             return self._reply(500, {"error": "upstream failure", "key": key})
         doc = {"order": "accepted", "key": key, "execution": n}
+        if up.pad > 0:
+            doc["pad"] = "x" * up.pad
         if mode == "bogus-status":
             return self._raw(opts["status"], doc)
         if mode == "extra":
@@ -162,9 +164,11 @@ class _Server(ThreadingHTTPServer):
 class TestUpstream:
     """Threaded upstream on 127.0.0.1; `port` 0 picks a free one."""
 
-    def __init__(self, host="127.0.0.1", port=0):
+    def __init__(self, host="127.0.0.1", port=0, pad=0):
         self.host = host
         self.port = port
+        # Bytes of filler in every answer (large answers for memory tests).
+        self.pad = int(pad)
         self.mode = "normal"
         self.delay = 0.0
         self.options = {"interim": [], "status": 600, "split": False}
@@ -281,8 +285,10 @@ def main():
     parser.add_argument("--split", action="store_true",
                         help="mode extra: the unsolicited response in a "
                              "later write")
+    parser.add_argument("--pad", type=int, default=0,
+                        help="bytes of filler in every answer")
     args = parser.parse_args()
-    up = TestUpstream(args.host, args.port)
+    up = TestUpstream(args.host, args.port, args.pad)
     interim = None
     if args.interim is not None:
         interim = [int(s) for s in args.interim.split(",") if s]

@@ -70,6 +70,8 @@ struct member_node {
   std::shared_ptr<raft_node> raft;
   persistence::store_actor store;
 
+  uint64_t max_log_bytes = 128 * 1024 * 1024;
+
   member_node(uint64_t i) : id(i) {
     address = "127.0.0.1:" + std::to_string(free_port());
   }
@@ -93,6 +95,7 @@ struct member_node {
     ro.initial = voters;
     ro.election_timeout_ms = 200;
     ro.heartbeat_timeout_ms = 20;
+    ro.max_log_bytes = max_log_bytes;
     auto n = raft_node::start(ro, *writer);
     CAF_REQUIRE(n);
     raft = std::move(*n);
@@ -248,6 +251,37 @@ CAF_TEST(three voters replicate and fail over without a second grant) {
   CAF_CHECK(!l1->ready());
   for (auto& m : ms)
     m->stop();
+}
+
+CAF_TEST(large signals are bounded by bytes in the raft log and not only by entries) {
+  member_node m{1};
+  m.max_log_bytes = 2 * 1024 * 1024;
+  std::vector<member> voters{{1, m.address}};
+  m.start(sys, voters);
+  CAF_REQUIRE(wait_for([&] { return m.ready(); }, 5000ms));
+  // 200 claims of 60 KiB each: 12 MB through the log, far below the entry
+  // count threshold (100000), six times the byte bound.
+  uint64_t peak = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto req = make_claim("big" + std::to_string(i), 1000,
+                          std::string(60 * 1024, 'x'));
+    req.signal = std::string(60 * 1024, 's');
+    auto res = claim(sys, m.store, req);
+    CAF_REQUIRE(res);
+    peak = std::max(peak, m.raft->status().log_bytes);
+  }
+  auto st = m.raft->status();
+  CAF_MESSAGE("snapshots=" << st.snapshots << " peak log bytes=" << peak);
+  CAF_CHECK_GREATER_OR_EQUAL(st.snapshots, 3u);
+  // The bound plus one entry and a snapshot's worth of slack.
+  CAF_CHECK_LESS(peak, m.max_log_bytes + 512 * 1024);
+  // Every decision is still there after a restart from snapshot + log.
+  m.stop();
+  m.start(sys, voters);
+  CAF_REQUIRE(wait_for([&] { return m.ready(); }, 5000ms));
+  for (int i = 0; i < 200; i += 37)
+    CAF_CHECK(has_key(m, "big" + std::to_string(i)));
+  m.stop();
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -8,14 +8,15 @@ using namespace oncegate::gateway;
 
 namespace {
 
-record completed(int64_t first_seen, const std::string& fp = "fp") {
+record completed(int64_t first_seen, const std::string& fp = "fp",
+                 const std::string& body = "body") {
   record rec;
   rec.state = record_state::completed;
   rec.fingerprint = fp;
   rec.first_seen_ms = first_seen;
   rec.expires_at_ms = first_seen + 1000;
   rec.status = 200;
-  rec.response = "body";
+  rec.response = body;
   return rec;
 }
 
@@ -83,4 +84,35 @@ CAF_TEST(a disabled cache never answers) {
   decision_cache cache{0};
   cache.remember("k", completed(100), cache.epoch("k"));
   CAF_CHECK(!cache.lookup("k", "fp", 500, false));
+}
+
+CAF_TEST(the cache holds at most its bytes whatever the answers weigh) {
+  // 64 shards of 16 KiB: answers of 4 KiB cannot keep bodies (above a
+  // sixteenth of a shard), answers of 512 bytes can.
+  decision_cache cache{100000, 1024 * 1024};
+  for (int i = 0; i < 20000; ++i) {
+    auto key = "k" + std::to_string(i);
+    cache.remember(key, completed(100, "fp", std::string(512, 'x')),
+                   cache.epoch(key));
+  }
+  CAF_CHECK(cache.bytes() <= 1024u * 1024u);
+  CAF_CHECK(cache.size() > 500u);
+  auto hit = cache.lookup("k19999", "fp", 500, true);
+  CAF_REQUIRE(hit);
+  CAF_CHECK_EQUAL(hit->response.size(), 512u);
+  // A large answer is kept for 409s, not for replays.
+  cache.remember("big", completed(100, "fp", std::string(1 << 20, 'y')),
+                 cache.epoch("big"));
+  CAF_CHECK(cache.bytes() <= 1024u * 1024u);
+  CAF_CHECK(cache.lookup("big", "fp", 500, false));
+  CAF_CHECK(!cache.lookup("big", "fp", 500, true));
+}
+
+CAF_TEST(an entry kept without its body never answers a replay) {
+  decision_cache cache{1000};
+  cache.remember("k", completed(100, "fp", "body"), cache.epoch("k"), false);
+  auto hit = cache.lookup("k", "fp", 500, false);
+  CAF_REQUIRE(hit);
+  CAF_CHECK_EQUAL(hit->status, 200);
+  CAF_CHECK(!cache.lookup("k", "fp", 500, true));
 }
