@@ -92,6 +92,12 @@ caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
   }
   log::store()->info("store.opened path={} schema={}", opts.store.path,
                      (*db)->version());
+  if (opts.on_store_clock) {
+    auto clock = (*db)->clock_ms();
+    if (!clock)
+      return std::move(clock.error());
+    opts.on_store_clock(*clock);
+  }
   std::shared_ptr<persistence::sqlite_store> shared{std::move(*db)};
   auto store = persistence::spawn_store(sys, std::move(shared),
                                         opts.store_actor, opts.detached_store);

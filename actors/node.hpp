@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ struct node_options {
   /// Spawn the store detached (production). Tests with a deterministic
   /// scheduler set this to false.
   bool detached_store = true;
+  /// Told the store's clock (`sqlite_store::clock_ms`) once the database is
+  /// open, before anything is decided: the node's clock moves forward to it
+  /// when it is behind (a start with a clock that was set back), so that
+  /// time keeps running from the last time the store saw instead of
+  /// standing still until the clock catches up.
+  std::function<void(int64_t)> on_store_clock;
 };
 
 /// Handles of one node's actors.

@@ -20,6 +20,7 @@ extern "C" {
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "persistence/batch_clock.hpp"
 #include "persistence/command.hpp"
 
 namespace oncegate::cluster {
@@ -77,8 +78,14 @@ struct replicated_state {
   replicated_store_options opts;
   /// The leader's clock: stamps every claim and purge it proposes, so that
   /// one clock (the log's, see `apply_batch`) decides, whichever node
-  /// received the request.
-  wall_clock_fn now;
+  /// received the request; carried forward from the log's time when this
+  /// node's clock is behind it (see `batch_clock`).
+  persistence::batch_clock clock{wall_clock_ms};
+
+  int64_t stamp() {
+    auto log_clock = reader->clock_ms();
+    return clock.stamp(log_clock ? *log_clock : 0);
+  }
   std::vector<command> pending;
   std::vector<waiter> waiters;
   /// Bytes of `pending` (as encoded).
@@ -134,7 +141,7 @@ void flush(store_pointer self) {
     st.pending.erase(st.pending.begin(), st.pending.begin() + n);
     st.waiters.erase(st.waiters.begin(), st.waiters.begin() + n);
     st.pending_bytes -= std::min(st.pending_bytes, bytes);
-    auto t = st.now();
+    auto t = st.stamp();
     for (auto& cmd : batch) {
       if (cmd.type == command::kind::claim)
         cmd.claim.now_ms = t;
@@ -234,7 +241,7 @@ replicated_impl(store_pointer self, std::shared_ptr<raft_node> raft,
                 std::shared_ptr<persistence::sqlite_store> reader,
                 replicated_store_options opts, wall_clock_fn now) {
   auto& st = self->state;
-  st.now = std::move(now);
+  st.clock = persistence::batch_clock{std::move(now)};
   st.raft = std::move(raft);
   st.reader = std::move(reader);
   st.opts = opts;
@@ -277,7 +284,7 @@ replicated_impl(store_pointer self, std::shared_ptr<raft_node> raft,
         command doubt;
         doubt.type = command::kind::doubt;
         doubt.owner = 0;
-        doubt.before_ms = self->state.now()
+        doubt.before_ms = self->state.stamp()
                           - self->state.opts.in_flight_deadline_ms;
         enqueue(self, std::move(doubt), waiter{});
       }

@@ -283,8 +283,9 @@ int run_node(int argc, char** argv, const run_options& ro) {
   for (auto& w : warnings)
     log::gateway()->warn("config.warning {}", w);
   caf::actor_system sys{cfg};
-  // One clock for the whole node (see `steady_wall_clock`).
-  auto clock = steady_wall_clock();
+  // One clock for the whole node (see `node_clock`).
+  auto node_time = std::make_shared<node_clock>();
+  auto clock = read_clock(node_time);
   auto sink = std::make_shared<release_sink>();
   std::optional<node> single;
   std::unique_ptr<cluster::cluster_node> clustered;
@@ -311,6 +312,13 @@ int run_node(int argc, char** argv, const run_options& ro) {
   } else {
     auto nopts = cfg.node_opts();
     nopts.store_actor.in_flight_deadline_ms = in_flight_deadline;
+    nopts.on_store_clock = [node_time](int64_t store_clock) {
+      if (store_clock > node_time->now())
+        log::store()->warn("clock.behind_store by_ms={} (the clock was set "
+                           "back; time runs on from the store's)",
+                           store_clock - node_time->now());
+      node_time->raise(store_clock);
+    };
     if (ro.tweak)
       ro.tweak(nopts, nullptr);
     auto n = start_node(sys, std::move(nopts), clock);
@@ -325,7 +333,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
   auto exit_code = 0;
   {
     auto opts_routes = web->routes.routes;
-    webhook_handler handler{std::move(*web), *service, clock};
+    webhook_handler handler{std::move(*web), *service, clock, wall_clock_ms};
     sink->attach(&handler);
     auto hopts = cfg.http_opts();
     // Descriptors besides the listener's connections: SQLite, Raft, logs

@@ -225,10 +225,12 @@ http_response make_problem(const rejection& why, const std::string& key) {
 }
 
 webhook_handler::webhook_handler(webhook_options opts, node_service& node,
-                                 wall_clock_fn now)
+                                 wall_clock_fn now,
+                                 wall_clock_fn signature_now)
   : opts_(std::move(opts)),
     node_(node),
     now_(std::move(now)),
+    signature_now_(signature_now ? std::move(signature_now) : now_),
     cache_(opts_.decision_cache, opts_.decision_cache_bytes),
     metrics_([&] {
       std::vector<std::string> names;
@@ -365,7 +367,8 @@ void webhook_handler::handle_webhook(const route_config& route,
                                     req.header("webhook-timestamp"),
                                     req.header("webhook-signature")};
       if (auto why = verify_standard_webhook(hdrs, req.body, route.secrets,
-                                             now / 1000, route.tolerance_s))
+                                             signature_now_() / 1000,
+                                             route.tolerance_s))
         return reject(*why, outcome::rejected_auth);
       delivery_id = hdrs.id;
       break;

@@ -47,8 +47,12 @@ struct webhook_options {
 /// sit behind `node_service`), so it is tested directly.
 class webhook_handler : public request_handler {
 public:
+  /// `now` stamps and ages decisions (the node's clock); `signature_now`
+  /// (default: `now`) judges signed timestamps, which senders make from
+  /// their real clocks: the system clock, corrections included.
   webhook_handler(webhook_options opts, node_service& node,
-                  wall_clock_fn now = wall_clock_ms);
+                  wall_clock_fn now = wall_clock_ms,
+                  wall_clock_fn signature_now = nullptr);
 
   void handle(http_request req, responder done) override;
 
@@ -90,6 +94,7 @@ private:
   webhook_options opts_;
   node_service& node_;
   wall_clock_fn now_;
+  wall_clock_fn signature_now_;
   decision_cache cache_;
   gateway_metrics metrics_;
   /// Forwards in flight (see `wait_for_forwards`).

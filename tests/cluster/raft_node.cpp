@@ -273,8 +273,10 @@ CAF_TEST(large signals are bounded by bytes in the raft log and not only by entr
   auto st = m.raft->status();
   CAF_MESSAGE("snapshots=" << st.snapshots << " peak log bytes=" << peak);
   CAF_CHECK_GREATER_OR_EQUAL(st.snapshots, 3u);
-  // The bound plus one entry and a snapshot's worth of slack.
-  CAF_CHECK_LESS(peak, m.max_log_bytes + 512 * 1024);
+  // The bound, plus what arrives while a snapshot is written (it is taken
+  // in the background): within half the bound again on a loaded machine.
+  // Without the byte bound the log would hold all 24 MB.
+  CAF_CHECK_LESS(peak, m.max_log_bytes * 3 / 2);
   // Every decision is still there after a restart from snapshot + log.
   m.stop();
   m.start(sys, voters);
