@@ -17,6 +17,9 @@ packages=(
   prometheus
   # the benchmark harness (bench/run.sh, also its smoke test)
   wrk redis-server redis-tools nginx-light gnuplot-nox
+  # libfaketime: one node's wall clock stepped at run time (the clock-jump
+  # drill, tests/process/test_clock.py)
+  faketime
 )
 
 missing=()

@@ -22,9 +22,11 @@ STOP_TIMEOUT = 20.0
 class Node:
     """One oncegate process with its own data directory."""
 
-    def __init__(self, data_dir, *extra_args):
+    def __init__(self, data_dir, *extra_args, env=None):
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
+        # Extra environment variables for the process (e.g. LD_PRELOAD).
+        self.env = dict(env) if env else None
         self.proc = None
         self.port = None
         self.log_path = os.path.join(data_dir, "node.log")
@@ -34,8 +36,10 @@ class Node:
         log = open(self.log_path, "ab")
         args = [BIN, "--http-port=0", "--data-dir=" + self.data_dir,
                 "--log-level=warn"] + self.extra_args
+        env = dict(os.environ, **self.env) if self.env else None
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE,
-                                     stderr=log, stdin=subprocess.DEVNULL)
+                                     stderr=log, stdin=subprocess.DEVNULL,
+                                     env=env)
         log.close()
         # Read the ready line with a bound: a reader thread, joined with a
         # timeout, so a hung start cannot hang the test.
