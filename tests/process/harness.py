@@ -131,3 +131,40 @@ def wait_for(predicate, timeout, interval=0.01):
             return True
         time.sleep(interval)
     return predicate()
+
+
+class UpstreamNodeCase:
+    """Mixin for unittest cases: a node in front of the counting test
+    upstream (tools/test_upstream.py), fresh for every test. A subclass sets
+    `config(url)` (the INI text) and may set `node_args`."""
+
+    node_args = ()
+
+    def config(self, url):
+        return ""
+
+    def setUp(self):
+        import sys
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..",
+                                        "..", "tools"))
+        from test_upstream import TestUpstream
+        self.up = TestUpstream().start()
+        self.tmp = TempDir()
+        self.ini = os.path.join(self.tmp.path, "node.ini")
+        with open(self.ini, "w") as f:
+            f.write(self.config(self.up.url))
+        self.node = Node(self.tmp.path, "--config-file=" + self.ini,
+                         *self.node_args).start()
+        self.n = 0
+
+    def tearDown(self):
+        try:
+            self.node.kill()
+            self.up.stop()
+        finally:
+            self.tmp.cleanup()
+
+    def key(self):
+        """A key of its own for each call in a test."""
+        self.n += 1
+        return "%s-%d" % (self._testMethodName[-24:], self.n)

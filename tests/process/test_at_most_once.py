@@ -11,17 +11,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 import unittest
 from urllib.parse import quote
 
-from harness import BIN, Node, TempDir, wait_for
+from harness import BIN, TempDir, UpstreamNodeCase, wait_for
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
-                                "tools"))
-from test_upstream import TestUpstream  # noqa: E402
 
 # Short TTLs let a test outlive them; the HTTP response timeout must stay
 # below every upstream route's TTL (the node refuses anything else).
@@ -62,27 +58,13 @@ def metric(text, name, labels):
     return None
 
 
-class AtMostOnceTest(unittest.TestCase):
-    def setUp(self):
-        self.up = TestUpstream().start()
-        self.tmp = TempDir()
-        self.ini = os.path.join(self.tmp.path, "node.ini")
-        with open(self.ini, "w") as f:
-            f.write(config(self.up.url))
-        self.node = Node(self.tmp.path, "--config-file=" + self.ini,
-                         "--upstream=" + self.up.url).start()
-        self.n = 0
+class AtMostOnceTest(UpstreamNodeCase, unittest.TestCase):
+    def config(self, url):
+        return config(url)
 
-    def tearDown(self):
-        try:
-            self.node.kill()
-            self.up.stop()
-        finally:
-            self.tmp.cleanup()
-
-    def key(self):
-        self.n += 1
-        return "%s-%d" % (self._testMethodName[-24:], self.n)
+    @property
+    def node_args(self):
+        return ("--upstream=" + self.up.url,)
 
     def post(self, key, route="", timeout=10):
         path = "/v1/webhook" + ("/" + route if route else "")

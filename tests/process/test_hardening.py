@@ -9,15 +9,11 @@ import json
 import os
 import stat
 import subprocess
-import sys
 import unittest
 from urllib.parse import quote
 
-from harness import BIN, Node, TempDir
+from harness import BIN, Node, TempDir, UpstreamNodeCase
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
-                                "tools"))
-from test_upstream import TestUpstream  # noqa: E402
 
 ADMIN = "admin-hardening-token-1234"
 SECRET = "route-secret-abcdef-98765"
@@ -33,22 +29,9 @@ def run(args, umask=None, timeout=20):
     return proc.returncode, proc.stdout.decode(errors="replace")
 
 
-class StoredOutcomeTest(unittest.TestCase):
-    def setUp(self):
-        self.up = TestUpstream().start()
-        self.tmp = TempDir()
-        ini = os.path.join(self.tmp.path, "node.ini")
-        with open(ini, "w") as f:
-            f.write('[route.replay]\nupstream="%s"\non-duplicate="replay"\n'
-                    % self.up.url)
-        self.node = Node(self.tmp.path, "--config-file=" + ini).start()
-
-    def tearDown(self):
-        try:
-            self.node.kill()
-            self.up.stop()
-        finally:
-            self.tmp.cleanup()
+class StoredOutcomeTest(UpstreamNodeCase, unittest.TestCase):
+    def config(self, url):
+        return '[route.replay]\nupstream="%s"\non-duplicate="replay"\n' % url
 
     def in_doubt(self, key):
         self.up.set_mode("drop")

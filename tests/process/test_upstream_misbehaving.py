@@ -11,11 +11,8 @@ import sys
 import unittest
 from urllib.parse import quote
 
-from harness import Node, TempDir, wait_for
+from harness import UpstreamNodeCase, wait_for
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
-                                "tools"))
-from test_upstream import TestUpstream  # noqa: E402
 
 IN_DOUBT = "https://oncegate.dev/problems/in-doubt"
 ROUTE = "orders"
@@ -31,26 +28,9 @@ upstream-timeout=3s
 """.format(route=ROUTE, url=url)
 
 
-class UpstreamMisbehavingTest(unittest.TestCase):
-    def setUp(self):
-        self.up = TestUpstream().start()
-        self.tmp = TempDir()
-        ini = os.path.join(self.tmp.path, "node.ini")
-        with open(ini, "w") as f:
-            f.write(config(self.up.url))
-        self.node = Node(self.tmp.path, "--config-file=" + ini).start()
-        self.n = 0
-
-    def tearDown(self):
-        try:
-            self.node.kill()
-            self.up.stop()
-        finally:
-            self.tmp.cleanup()
-
-    def key(self):
-        self.n += 1
-        return "%s-%d" % (self._testMethodName[-20:], self.n)
+class UpstreamMisbehavingTest(UpstreamNodeCase, unittest.TestCase):
+    def config(self, url):
+        return config(url)
 
     def post(self, key):
         return self.node.request("POST", "/v1/webhook/" + ROUTE,
