@@ -5,17 +5,12 @@ A real oncegate binary in front of the counting test upstream
 """
 
 import json
-import os
-import sys
 import threading
 import unittest
 from urllib.parse import quote
 
-from harness import Node, TempDir, wait_for
+from harness import UpstreamNodeCase, wait_for
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
-                                "tools"))
-from test_upstream import TestUpstream  # noqa: E402
 
 
 def config(url):
@@ -32,27 +27,13 @@ respond-after=300ms
 """.format(url=url)
 
 
-class PipelineTest(unittest.TestCase):
-    def setUp(self):
-        self.up = TestUpstream().start()
-        self.tmp = TempDir()
-        ini = os.path.join(self.tmp.path, "node.ini")
-        with open(ini, "w") as f:
-            f.write(config(self.up.url))
-        self.node = Node(self.tmp.path, "--config-file=" + ini,
-                         "--upstream=" + self.up.url).start()
-        self.n = 0
+class PipelineTest(UpstreamNodeCase, unittest.TestCase):
+    def config(self, url):
+        return config(url)
 
-    def tearDown(self):
-        try:
-            self.node.kill()
-            self.up.stop()
-        finally:
-            self.tmp.cleanup()
-
-    def key(self):
-        self.n += 1
-        return "%s-%d" % (self._testMethodName[-20:], self.n)
+    @property
+    def node_args(self):
+        return ("--upstream=" + self.up.url,)
 
     def post(self, key, route="", body=None, timeout=10):
         path = "/v1/webhook" + ("/" + route if route else "")

@@ -6,8 +6,6 @@ A real oncegate binary in front of the counting test upstream
 """
 
 import json
-import os
-import sys
 import unittest
 from urllib.parse import quote
 
