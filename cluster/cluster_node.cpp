@@ -166,11 +166,14 @@ struct front_state {
   uint64_t id = 0;
   /// Records in flight that this node's earlier runs claimed (first seen
   /// before this start) are turned into in-doubt through the leader. The
-  /// bound is the store's clock as this node's file had it at start: every
-  /// record claimed from now on is stamped at or after it (the log's time
-  /// never moves backwards), whatever this node's own clock says. Earlier
-  /// records stamped later than the bound are left to the in-flight
-  /// deadline sweep.
+  /// bound is the later of this node's clock at start and just past the
+  /// store's clock its file had then (the latest stamp it applied, which
+  /// may be its own last claim): with sane clocks every earlier record is
+  /// below it. A record of the earlier run stamped later (entries this node
+  /// had not applied, a leader's clock ahead) is left to the in-flight
+  /// deadline sweep; a new claim stamped earlier (a leader's clock behind)
+  /// turns in-doubt while its forward runs and is completed from there.
+  /// Either way nothing executes twice.
   int64_t started_ms = 0;
   bool doubted = false;
   caf::timespan remote_timeout;
@@ -440,7 +443,8 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   result->links = std::make_shared<peer_links>(sys, copts.peers,
                                                copts.remote_timeout);
   result->front = sys.spawn(front_impl, result->local, result->raft,
-                            result->links, copts, *log_clock);
+                            result->links, copts,
+                            std::max(*log_clock + 1, now()));
   auto port = sys.middleman().publish(result->front, self_peer->port,
                                       self_peer->host.c_str(), true);
   if (!port) {
