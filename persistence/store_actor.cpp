@@ -162,8 +162,9 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
   }
 }
 
-// See `store_actor_options::unsafe_ack_before_commit`: decides from what is
-// committed so far and answers at once; the write commits later.
+// See `store_actor_options::unsafe_ack_before_commit` and `unsafe_ack_quiet`:
+// decides from what is committed so far and answers at once; the write
+// commits later (100 ms later, or on the next flush like any write).
 claim_result unsafe_claim(store_pointer self, claim_request&& req) {
   claim_result res;
   auto cur = self->state.db->load(req.route, req.key);
@@ -199,7 +200,8 @@ store_actor::behavior_type store_impl(store_pointer self,
   });
   return {
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
-      if (self->state.opts.unsafe_ack_before_commit)
+      if (self->state.opts.unsafe_ack_before_commit
+          || self->state.opts.unsafe_ack_quiet)
         return unsafe_claim(self, std::move(req));
       command cmd;
       cmd.type = command::kind::claim;

@@ -22,9 +22,11 @@ STOP_TIMEOUT = 20.0
 class Node:
     """One oncegate process with its own data directory."""
 
-    def __init__(self, data_dir, *extra_args, env=None):
+    def __init__(self, data_dir, *extra_args, env=None, bin=None):
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
+        # Another build of the node (a test or mutant binary); default BIN.
+        self.bin = bin
         # Extra environment variables for the process (e.g. LD_PRELOAD).
         self.env = dict(env) if env else None
         self.proc = None
@@ -34,7 +36,7 @@ class Node:
     def start(self):
         os.makedirs(self.data_dir, exist_ok=True)
         log = open(self.log_path, "ab")
-        args = [BIN, "--http-port=0", "--data-dir=" + self.data_dir,
+        args = [self.bin or BIN, "--http-port=0", "--data-dir=" + self.data_dir,
                 "--log-level=warn"] + self.extra_args
         env = dict(os.environ, **self.env) if self.env else None
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE,

@@ -1,0 +1,149 @@
+"""Power-loss test: a SIGKILL that also loses every write not yet synced.
+
+`oncegate_powerloss` is the node over a test VFS that keeps unsynced writes
+in process memory (tests/powerloss/powerloss_vfs.hpp), so killing it is a
+power cut. Each cycle: fresh load from several senders, SIGKILL once enough
+claims were answered 200, restart the SAME data directory with the normal
+binary, and every key answered 200 must now be a 409 duplicate.
+
+The real build must pass every cycle; the mutants (ONCEGATE_MUTANT, see
+docs/testing.md) must be caught: a mutant that loses no acknowledged key in
+any cycle fails its test.
+"""
+
+import os
+import threading
+import unittest
+
+from harness import Node, TempDir, wait_for
+
+POWERLOSS_BIN = os.environ.get(
+    "ONCEGATE_POWERLOSS_BIN",
+    os.path.join(os.environ.get("ONCEGATE_BUILD_DIR", "build"),
+                 "tests", "powerloss", "oncegate_powerloss"))
+CYCLES = int(os.environ.get("ONCEGATE_POWERLOSS_CYCLES", "4"))
+# Power cuts a mutant gets to show its loss (it usually needs one).
+MUTANT_CYCLES = 10
+SENDERS = 8
+# Claims answered 200 in a cycle before the power cut, and the bound on
+# waiting for them.
+ACKS_BEFORE_CUT = 400
+LOAD_TIMEOUT = 10.0
+# A disk's flush latency, added to every sync of the VFS (the same for the
+# real build and the mutants), so an answer sent before its fsync ended
+# has a window to be lost in.
+SYNC_DELAY_US = os.environ.get("ONCEGATE_POWERLOSS_SYNC_DELAY_US", "3000")
+
+
+class PowerlossTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = TempDir()
+        self.nodes = []
+
+    def tearDown(self):
+        try:
+            for n in self.nodes:
+                n.kill()
+        finally:
+            self.tmp.cleanup()
+
+    def load_and_cut(self, node, cycle):
+        """Sends unique keys until ACKS_BEFORE_CUT were answered 200, then
+        SIGKILLs the node; returns every key answered 200."""
+        acked = []
+        lock = threading.Lock()
+        stop = threading.Event()
+
+        def sender(n):
+            i = 0
+            while not stop.is_set() and i < 100000:
+                key = "p%d-s%d-%d" % (cycle, n, i)
+                i += 1
+                try:
+                    status = node.webhook({"k": key}, key=key, timeout=5)[0]
+                except OSError:
+                    return  # the power went out under us
+                if status == 200:
+                    with lock:
+                        acked.append(key)
+
+        threads = [threading.Thread(target=sender, args=(n,))
+                   for n in range(SENDERS)]
+        for t in threads:
+            t.start()
+        reached = wait_for(lambda: len(acked) >= ACKS_BEFORE_CUT,
+                           LOAD_TIMEOUT)
+        node.kill()  # the power cut: the VFS's unsynced writes die here
+        stop.set()
+        for t in threads:
+            t.join(15)
+            self.assertFalse(t.is_alive())
+        self.assertTrue(reached, "cycle %d: only %d acks in %ss"
+                        % (cycle, len(acked), LOAD_TIMEOUT))
+        return acked
+
+    def lost_after_restart(self, keys):
+        """Restarts the data directory with the normal binary and returns
+        the keys not answered 409."""
+        node = Node(self.tmp.path)
+        self.nodes.append(node)
+        node.start()
+        lost = []
+        lock = threading.Lock()
+
+        def check(part):
+            for k in part:
+                if node.webhook({"k": k}, key=k)[0] != 409:
+                    with lock:
+                        lost.append(k)
+
+        threads = [threading.Thread(target=check, args=(keys[n::SENDERS],))
+                   for n in range(SENDERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+            self.assertFalse(t.is_alive())
+        self.assertEqual(node.stop(), 0)
+        self.nodes.remove(node)
+        return lost
+
+    def cycle(self, n, mutant):
+        env = {"ONCEGATE_POWERLOSS_SYNC_DELAY_US": SYNC_DELAY_US}
+        if mutant:
+            env["ONCEGATE_MUTANT"] = mutant
+        node = Node(self.tmp.path, env=env, bin=POWERLOSS_BIN)
+        self.nodes.append(node)
+        node.start()
+        acked = self.load_and_cut(node, n)
+        self.nodes.remove(node)
+        return acked, self.lost_after_restart(acked)
+
+    def test_no_acknowledged_claim_is_lost_across_power_cuts(self):
+        total = 0
+        for n in range(CYCLES):
+            acked, lost = self.cycle(n, None)
+            self.assertEqual(lost, [], "cycle %d lost %d of %d acked keys"
+                             % (n, len(lost), len(acked)))
+            total += len(acked)
+        print("powerloss: real build, %d cycles, %d acked keys, 0 lost"
+              % (CYCLES, total))
+
+    def assert_caught(self, mutant):
+        for n in range(MUTANT_CYCLES):
+            acked, lost = self.cycle(n, mutant)
+            if lost:
+                print("powerloss: mutant %s caught in cycle %d: %d of %d "
+                      "acked keys lost" % (mutant, n, len(lost), len(acked)))
+                return
+        self.fail("mutant %s survived %d power cuts" % (mutant, MUTANT_CYCLES))
+
+    def test_catches_commits_without_fsync(self):
+        self.assert_caught("skip-fsync")
+
+    def test_catches_answers_before_commit(self):
+        self.assert_caught("quiet-ack")
+
+
+if __name__ == "__main__":
+    unittest.main()
