@@ -92,11 +92,25 @@ CAF_TEST(past due records are purged right after a restart) {
 
 CAF_TEST(a stale alarm is harmless) {
   fill(3, *wall, 1'000, "a");
-  // A tick with an old generation changes nothing.
+  // The records are due, so a purge now would remove them: only a tick of
+  // the current generation may run one.
+  *wall += 1'000;
+  auto before = alarm();
+  auto timers = sched.clock().schedule().size();
+  // A tick with an old generation changes nothing: no purge run, no purge,
+  // and no second chain of timers armed beside the current one.
   anon_send(n.alarm, tick_atom::value, uint64_t{0});
   sched.run();
-  CAF_CHECK_EQUAL(alarm().purged, 0u);
+  auto after = alarm();
+  CAF_CHECK_EQUAL(after.runs, before.runs);
+  CAF_CHECK_EQUAL(after.purged, 0u);
   CAF_CHECK_EQUAL(records(), 3u);
+  CAF_CHECK_EQUAL(sched.clock().schedule().size(), timers);
+  // The current alarm still fires when due and purges them.
+  sched.advance_time(opts.alarm.max_interval);
+  sched.run();
+  CAF_CHECK_EQUAL(alarm().purged, 3u);
+  CAF_CHECK_EQUAL(records(), 0u);
 }
 
 CAF_TEST(expiry does not depend on the alarm) {

@@ -1,6 +1,8 @@
 #define CAF_SUITE actors.key_actor
 #include "tests/actors/node_fixture.hpp"
 
+#include "common/errc.hpp"
+
 using namespace oncegate;
 using oncegate::test::ask;
 using oncegate::test::make_claim;
@@ -115,27 +117,58 @@ CAF_TEST(activity postpones passivation) {
 CAF_TEST(claims racing a passivation are decided once) {
   // A cold key: its first claims queue in the actor while it awaits the
   // store; the sweep passivates the actor right behind them, and further
-  // claims spawn a successor while the first actor is still busy.
+  // claims spawn a successor while the first actor is still busy. The store
+  // is held back (not scheduled) until both actors wait for it, so the
+  // sweep provably runs between the claims.
+  auto store_job = dynamic_cast<caf::resumable*>(
+    caf::actor_cast<caf::abstract_actor*>(n.store));
+  CAF_REQUIRE(store_job != nullptr);
+  auto run_all_but_store = [&] {
+    sched.run_jobs_filtered([=](caf::resumable* x) { return x != store_job; });
+  };
   std::vector<reply_slot<claim_result>> replies;
   for (int i = 0; i < 5; ++i)
     replies.push_back(ask<claim_result>(sys, n.registries.front(),
                                         claim_atom::value,
                                         make_claim("k1", 1000 + i)));
-  for (int i = 0; i < 5; ++i)
-    sched.run_once(); // clients send to the registry
-  sched.advance_time(opts.registry.key.idle_timeout);
-  sched.run_once(); // the registry routes, then sweeps... in mailbox order
+  run_all_but_store(); // all five routed; the actor awaits the store
+  auto st = registry_without_store(run_all_but_store);
+  CAF_REQUIRE_EQUAL(st.spawned, 1u);
+  CAF_REQUIRE_EQUAL(st.passivated, 0u);
+  // The sweep is due: it passivates the actor while its claims wait.
+  CAF_REQUIRE(sched.advance_time(opts.registry.key.idle_timeout) >= 1u);
+  run_all_but_store();
+  st = registry_without_store(run_all_but_store);
+  CAF_REQUIRE_EQUAL(st.passivated, 1u);
+  CAF_REQUIRE_EQUAL(st.live, 0u);
+  for (auto& r : replies)
+    CAF_REQUIRE(!*r); // not one claim was decided before the sweep
   for (int i = 0; i < 5; ++i)
     replies.push_back(ask<claim_result>(sys, n.registries.front(),
                                         claim_atom::value,
                                         make_claim("k1", 2000 + i)));
+  run_all_but_store(); // a successor awaits the store too
+  st = registry_without_store(run_all_but_store);
+  CAF_REQUIRE_EQUAL(st.spawned, 2u);
+  CAF_REQUIRE_EQUAL(st.live, 1u);
+  for (auto& r : replies)
+    CAF_REQUIRE(!*r);
   sched.run();
+  // Every claim is answered (none lost with the passivated actor), and the
+  // key is granted exactly once across both actors.
   int granted = 0;
+  int duplicates = 0;
   for (auto& r : replies) {
-    CAF_REQUIRE(*r && **r);
-    granted += grants((**r)->outcome) ? 1 : 0;
+    CAF_REQUIRE(*r);
+    CAF_REQUIRE(**r);
+    if (grants((**r)->outcome))
+      ++granted;
+    else if ((**r)->outcome == decision::duplicate)
+      ++duplicates;
   }
   CAF_CHECK_EQUAL(granted, 1);
+  CAF_CHECK_EQUAL(duplicates, 9);
+  CAF_CHECK_EQUAL(records(), 1u);
 }
 
 CAF_TEST(a claim routed before the sweep keeps the actor alive) {
@@ -250,11 +283,27 @@ CAF_TEST(a new actor system on the same database knows every key) {
 }
 
 CAF_TEST(a store failure fails the claim and a retry asks the store again) {
-  // Stop the store: claims must fail, never be granted from nothing.
+  // The store fails this claim's transaction (exactly its COMMIT): the
+  // claim fails, and nothing of it may linger in the key actor.
+  fault.fail_next();
+  auto failed = claim(make_claim("k1", 1000));
+  CAF_CHECK_EQUAL(fault.failures(), 1);
+  CAF_REQUIRE(!failed);
+  CAF_CHECK_EQUAL(errc_of(failed.error()), errc::commit_failed);
+  CAF_CHECK_EQUAL(records(), 0u);
+  CAF_CHECK_EQUAL(registry().live, 1u); // the same actor takes the retry
+  // The retry is decided by the store, and granted: the failed attempt
+  // was never executed.
+  auto ops = store().committed_ops;
+  auto retry = claim(make_claim("k1", 1001));
+  CAF_REQUIRE(retry);
+  CAF_CHECK_EQUAL(retry->outcome, decision::accepted);
+  CAF_CHECK_EQUAL(store().committed_ops, ops + 1);
+  CAF_CHECK_EQUAL(records(), 1u);
+  // A store that is gone fails claims too, never grants them from nothing.
   anon_send_exit(n.store, caf::exit_reason::user_shutdown);
   sched.run();
-  auto res = claim(make_claim("k1", 1000));
-  CAF_CHECK(!res);
+  CAF_CHECK(!claim(make_claim("k2", 1002)));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

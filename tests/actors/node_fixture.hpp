@@ -13,6 +13,8 @@ namespace oncegate::test {
 struct node_fixture : test_coordinator_fixture<test_config> {
   /// Survives a restart of the node within one test.
   std::shared_ptr<temp_dir> dir = std::make_shared<temp_dir>();
+  /// Before the node opens its store: lets a test fail exactly a COMMIT.
+  commit_fault fault;
   /// The fake wall clock (ms), read by the alarm actor.
   std::shared_ptr<int64_t> wall = std::make_shared<int64_t>(0);
   node_options opts;
@@ -59,6 +61,17 @@ struct node_fixture : test_coordinator_fixture<test_config> {
     auto res = ask<registry_stats>(sys, n.registries.front(),
                                    stats_atom::value);
     sched.run();
+    CAF_REQUIRE(*res && **res);
+    return ***res;
+  }
+
+  /// The registry's counters, read with `run` driving the scheduler (e.g.
+  /// a run that leaves the store unscheduled: the registry answers alone).
+  template <class Run>
+  registry_stats registry_without_store(Run run) {
+    auto res = ask<registry_stats>(sys, n.registries.front(),
+                                   stats_atom::value);
+    run();
     CAF_REQUIRE(*res && **res);
     return ***res;
   }

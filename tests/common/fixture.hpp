@@ -15,6 +15,8 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/expected.hpp>
 
+#include <sqlite3.h>
+
 #include "actors/messages.hpp"
 #include "common/record.hpp"
 #include "common/sha256.hpp"
@@ -74,6 +76,64 @@ reply_slot<T> ask(caf::actor_system& sys, const Handle& hdl, Ts... xs) {
   });
   return slot;
 }
+
+/// Makes COMMIT itself fail, for tests of what a failed COMMIT does (a page
+/// cap fails at the INSERT, before COMMIT is ever reached). While one lives,
+/// every SQLite connection opened in this process gets a commit hook (an
+/// auto extension: no product seam); once armed with `fail_next`, the hook
+/// turns that many COMMITs into rollbacks, and sqlite3_step of COMMIT
+/// answers SQLITE_CONSTRAINT_COMMITHOOK. Open the store after constructing
+/// it, and arm it after the store's own set-up committed.
+class commit_fault {
+public:
+  commit_fault() {
+    armed() = 0;
+    failed() = 0;
+    sqlite3_auto_extension(reinterpret_cast<void (*)()>(&install));
+  }
+
+  ~commit_fault() {
+    sqlite3_cancel_auto_extension(reinterpret_cast<void (*)()>(&install));
+    armed() = 0;
+  }
+
+  commit_fault(const commit_fault&) = delete;
+  commit_fault& operator=(const commit_fault&) = delete;
+
+  /// Fails the next `n` COMMITs of any connection opened since.
+  void fail_next(int n = 1) {
+    armed() = n;
+  }
+
+  /// COMMITs failed so far.
+  int failures() const {
+    return failed();
+  }
+
+private:
+  static int& armed() {
+    static int n = 0;
+    return n;
+  }
+
+  static int& failed() {
+    static int n = 0;
+    return n;
+  }
+
+  static int hook(void*) {
+    if (armed() <= 0)
+      return 0;
+    --armed();
+    ++failed();
+    return 1; // non-zero: this COMMIT becomes a ROLLBACK
+  }
+
+  static int install(sqlite3* db, const char**, const sqlite3_api_routines*) {
+    sqlite3_commit_hook(db, &hook, nullptr);
+    return SQLITE_OK;
+  }
+};
 
 /// Builds a claim of `key` on route `r` with payload text `body`.
 inline claim_request make_claim(const std::string& key, int64_t now_ms,

@@ -48,6 +48,8 @@ std::vector<command> sample_batch() {
 
 struct fixture {
   test::temp_dir dir;
+  /// Before any store opens: its connections get the commit hook.
+  test::commit_fault fault;
   std::unique_ptr<sqlite_store> open() {
     store_options opts;
     opts.path = dir.file("fsm.db");
@@ -148,6 +150,26 @@ CAF_TEST(an entry applies once and its index survives a restart) {
   CAF_REQUIRE(res);
   CAF_CHECK_EQUAL((*res)[0].claim.outcome, decision::duplicate);
   CAF_CHECK_EQUAL(db->applied_index(), 2u);
+}
+
+CAF_TEST(an entry whose commit fails is not applied and applies on retry) {
+  auto db = open();
+  auto batch = sample_batch();
+  fault.fail_next();
+  auto res = apply_batch(*db, 1, batch);
+  CAF_CHECK_EQUAL(fault.failures(), 1);
+  // No results from a transaction that did not commit.
+  CAF_REQUIRE(!res);
+  CAF_CHECK_EQUAL(errc_of(res.error()), errc::commit_failed);
+  CAF_CHECK_EQUAL(db->applied_index(), 0u);
+  CAF_CHECK_EQUAL(db->count(), 0u);
+  // The same entry applies in full when it is tried again.
+  res = apply_batch(*db, 1, batch);
+  CAF_REQUIRE(res);
+  CAF_REQUIRE_EQUAL(res->size(), 4u);
+  CAF_CHECK_EQUAL((*res)[0].claim.outcome, decision::accepted);
+  CAF_CHECK_EQUAL(db->applied_index(), 1u);
+  CAF_CHECK_EQUAL(db->count(), 1u);
 }
 
 CAF_TEST(a doubt command turns one owners old in flight records in doubt) {

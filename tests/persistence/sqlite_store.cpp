@@ -45,6 +45,8 @@ void write_v2_database(const std::string& path) {
 
 struct fixture {
   test::temp_dir dir;
+  /// Before any store opens: its connections get the commit hook.
+  test::commit_fault fault;
   store_options opts;
 
   fixture() {
@@ -394,7 +396,9 @@ CAF_TEST(a full disk fails the transaction and keeps committed data) {
   auto db = open();
   for (int i = 0; i < 20; ++i)
     claim(*db, make_claim("k" + std::to_string(i), 1000));
-  // Cap the file at its current size: the next big insert cannot fit.
+  // Cap the file at its current size: the next big insert cannot fit. A
+  // page cap fails the INSERT that needs a new page (SQLITE_FULL), before
+  // COMMIT; what a failing COMMIT does is the next test's.
   auto pages = 0;
   {
     sqlite3* raw = nullptr;
@@ -416,15 +420,34 @@ CAF_TEST(a full disk fails the transaction and keeps committed data) {
     if (!res)
       err = res.error();
   }
-  if (!err)
-    err = db->commit();
-  else
-    db->rollback();
   CAF_REQUIRE(err);
   CAF_MESSAGE("failure: " << caf::actor_system_config::render(err));
+  CAF_CHECK_EQUAL(errc_of(err), errc::storage_failure);
+  db->rollback();
   CAF_CHECK_EQUAL(db->count(), 20u);
   CAF_CHECK_EQUAL(claim(*db, make_claim("k3", 2000)).outcome,
                   decision::duplicate);
+}
+
+CAF_TEST(a failed commit is reported and keeps nothing of its transaction) {
+  auto db = open();
+  claim(*db, make_claim("k0", 1000));
+  CAF_REQUIRE(!db->begin());
+  CAF_REQUIRE(db->claim(make_claim("k1", 1000)));
+  CAF_REQUIRE(db->claim(make_claim("k2", 1000)));
+  // Exactly COMMIT fails: every statement before it succeeded.
+  fault.fail_next();
+  auto err = db->commit();
+  CAF_CHECK_EQUAL(fault.failures(), 1);
+  CAF_REQUIRE(err);
+  CAF_MESSAGE("failure: " << caf::actor_system_config::render(err));
+  CAF_CHECK_EQUAL(errc_of(err), errc::commit_failed);
+  CAF_CHECK_EQUAL(db->count(), 1u);
+  CAF_CHECK(db->load("default", "k1") && !db->load("default", "k1")->found);
+  // The store is usable again at once; the key was never granted.
+  CAF_CHECK_EQUAL(claim(*db, make_claim("k1", 2000)).outcome,
+                  decision::accepted);
+  CAF_CHECK_EQUAL(db->count(), 2u);
 }
 
 namespace {

@@ -1,6 +1,9 @@
 #define CAF_SUITE persistence.store_actor
 #include "caf/test/dsl.hpp"
 
+#include <algorithm>
+#include <optional>
+
 #include <sqlite3.h>
 
 #include "common/errc.hpp"
@@ -18,6 +21,8 @@ namespace {
 
 struct fixture : test_coordinator_fixture<test::test_config> {
   test::temp_dir dir;
+  /// Before the store opens: its connections get the commit hook.
+  test::commit_fault fault;
   std::shared_ptr<sqlite_store> db;
   store_actor store;
 
@@ -41,6 +46,31 @@ struct fixture : test_coordinator_fixture<test::test_config> {
     sched.run();
     CAF_REQUIRE(*res && **res);
     return ***res;
+  }
+
+  /// Records committed, as a second connection to the file sees them.
+  int committed_rows() {
+    sqlite3* raw = nullptr;
+    sqlite3_open(dir.file("store.db").c_str(), &raw);
+    sqlite3_stmt* st = nullptr;
+    int n = -1;
+    if (sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM records", -1, &st,
+                           nullptr)
+          == SQLITE_OK
+        && sqlite3_step(st) == SQLITE_ROW)
+      n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+    return n;
+  }
+
+  /// Whether `hdl` has a message to handle: it is in the job queue.
+  template <class Handle>
+  bool has_mail(const Handle& hdl) {
+    auto ptr = dynamic_cast<caf::resumable*>(
+      caf::actor_cast<caf::abstract_actor*>(hdl));
+    return std::find(sched.jobs.begin(), sched.jobs.end(), ptr)
+           != sched.jobs.end();
   }
 
   store_stats stats() {
@@ -74,65 +104,69 @@ CAF_TEST(claims that arrive together share one transaction) {
 }
 
 CAF_TEST(a claim is acknowledged only after its transaction committed) {
-  auto reply = ask<claim_result>(sys, store, claim_atom::value,
-                                 make_claim("k1", 1000));
-  // The client's request reaches the store; the store queues it and sends
-  // itself a flush.
-  sched.run_once(); // client actor starts and sends
-  sched.run_once(); // store handles the claim
-  CAF_CHECK(!*reply);
-  // Nothing is visible to another connection before the commit.
-  auto committed_rows = [&] {
-    sqlite3* raw = nullptr;
-    sqlite3_open(dir.file("store.db").c_str(), &raw);
-    sqlite3_stmt* st = nullptr;
-    int n = -1;
-    if (sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM records", -1, &st,
-                           nullptr)
-          == SQLITE_OK
-        && sqlite3_step(st) == SQLITE_ROW)
-      n = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(raw);
-    return n;
-  };
-  CAF_CHECK_EQUAL(committed_rows(), 0);
-  sched.run_once(); // flush: commit, then deliver
-  CAF_CHECK_EQUAL(committed_rows(), 1);
+  // A client we can watch: the moment the store's answer reaches its
+  // mailbox (the acknowledgement is sent), another connection must already
+  // see the record, whenever the store sends it.
+  auto reply = std::make_shared<std::optional<caf::expected<claim_result>>>();
+  auto client = sys.spawn([=](caf::event_based_actor* self) {
+    self->request(store, caf::infinite, claim_atom::value,
+                  make_claim("k1", 1000))
+      .then([=](claim_result& res) { *reply = std::move(res); },
+            [=](caf::error& err) { *reply = std::move(err); });
+  });
+  sched.run_once(); // the client starts and sends
+  CAF_REQUIRE(!has_mail(client));
+  int steps = 0;
+  int rows_at_ack = -1;
+  while (sched.has_job()) {
+    sched.run_once();
+    ++steps;
+    if (has_mail(client) || *reply) {
+      rows_at_ack = committed_rows();
+      break;
+    }
+  }
+  CAF_MESSAGE("acknowledged after " << steps << " store steps");
+  CAF_CHECK_EQUAL(rows_at_ack, 1);
   sched.run();
   CAF_REQUIRE(*reply && **reply);
   CAF_CHECK_EQUAL((**reply)->outcome, decision::accepted);
+  CAF_CHECK_EQUAL(committed_rows(), 1);
 }
 
 CAF_TEST(a failed commit fails every claim of its batch) {
-  // Fill the file to its cap so the batch cannot be written.
-  {
-    sqlite3* raw = nullptr;
-    sqlite3_open(dir.file("store.db").c_str(), &raw);
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(raw, "PRAGMA page_count", -1, &st, nullptr);
-    int pages = 0;
-    if (sqlite3_step(st) == SQLITE_ROW)
-      pages = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(raw);
-    CAF_REQUIRE(!db->limit_pages(static_cast<uint64_t>(pages)));
-  }
+  // Exactly COMMIT fails (every INSERT of the batch succeeded before it).
+  fault.fail_next();
   std::vector<reply_slot<claim_result>> replies;
   for (int i = 0; i < 16; ++i)
-    replies.push_back(ask<claim_result>(
-      sys, store, claim_atom::value,
-      make_claim("k" + std::to_string(i), 1000, std::string(16000, 'x'))));
+    replies.push_back(ask<claim_result>(sys, store, claim_atom::value,
+                                        make_claim("k" + std::to_string(i),
+                                                   1000)));
   sched.run();
+  CAF_CHECK_EQUAL(fault.failures(), 1);
   for (auto& r : replies) {
     CAF_REQUIRE(*r);
     CAF_REQUIRE(!**r);
-    auto code = errc_of((**r).error());
-    CAF_CHECK(code == errc::storage_failure || code == errc::commit_failed);
+    CAF_CHECK_EQUAL(errc_of((**r).error()), errc::commit_failed);
   }
   auto st = stats();
   CAF_CHECK_EQUAL(st.failed_commits, 1u);
+  CAF_CHECK_EQUAL(st.commits, 0u);
   CAF_CHECK_EQUAL(records(), 0u);
+  CAF_CHECK_EQUAL(db->applied_index(), 0u);
+  // Nothing was granted: the same claims are accepted when retried.
+  replies.clear();
+  for (int i = 0; i < 16; ++i)
+    replies.push_back(ask<claim_result>(sys, store, claim_atom::value,
+                                        make_claim("k" + std::to_string(i),
+                                                   1001)));
+  sched.run();
+  for (auto& r : replies) {
+    CAF_REQUIRE(*r && **r);
+    CAF_CHECK_EQUAL((**r)->outcome, decision::accepted);
+  }
+  CAF_CHECK_EQUAL(records(), 16u);
+  CAF_CHECK_EQUAL(db->applied_index(), 1u);
 }
 
 CAF_TEST(purges are answered with what is left) {
