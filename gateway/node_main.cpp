@@ -332,15 +332,14 @@ int run_node(int argc, char** argv, const run_options& ro) {
   }
   auto exit_code = 0;
   {
-    auto opts_routes = web->routes.routes;
-    webhook_handler handler{std::move(*web), *service, clock, wall_clock_ms};
-    sink->attach(&handler);
     auto hopts = cfg.http_opts();
     // Descriptors besides the listener's connections: SQLite, Raft, logs
     // (about 15 measured) and every upstream pool's connections.
-    for (auto& r : opts_routes)
+    for (auto& r : web->routes.routes)
       if (r.upstream)
         hopts.fd_reserve += r.upstream->max_connections;
+    webhook_handler handler{std::move(*web), *service, clock, wall_clock_ms};
+    sink->attach(&handler);
     auto server = http_server::listen(hopts, handler, error);
     if (!server) {
       log::gateway()->critical("node.listen_failed error={}", error);
@@ -357,7 +356,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
       // forward ends within its upstream timeouts).
       if (auto n = handler.forwards_in_flight(); n > 0) {
         log::gateway()->info("node.waiting_for_forwards count={}", n);
-        auto left = handler.wait_for_forwards(cfg.http_opts().shutdown_grace);
+        auto left = handler.wait_for_forwards(hopts.shutdown_grace);
         if (left > 0)
           log::gateway()->warn("node.forwards_abandoned count={} (in doubt "
                                "at the next start)",

@@ -9,16 +9,14 @@ loop is bounded in count and in time, and every process and socket is
 closed in tearDown.
 """
 
-import json
 import select
 import socket
-import struct
 import time
 import unittest
 
 from harness import Node, TempDir, wait_for
+from rawhttp import Client, HOST
 
-HOST = "127.0.0.1"
 PROBLEM = "https://oncegate.dev/problems/"
 
 BODY_LIMIT = 1024
@@ -67,109 +65,6 @@ def webhook_request(body, key=None, extra=()):
 
 def get_request(path="/healthz"):
     return b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-
-
-class Response:
-    def __init__(self, status, headers, body):
-        self.status = status
-        self.headers = headers
-        self.body = body
-
-    def json(self):
-        return json.loads(self.body)
-
-    def __repr__(self):
-        return "Response(%d, %r, %r)" % (self.status, self.headers,
-                                         self.body[:300])
-
-
-class Client:
-    """One raw TCP connection with a receive buffer and bounded reads."""
-
-    def __init__(self, port, timeout=5.0):
-        self.sock = socket.create_connection((HOST, port), timeout=timeout)
-        self.buf = b""
-
-    def send(self, data):
-        self.sock.sendall(data)
-
-    def _fill(self, deadline):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise AssertionError("no complete response in time; got %r"
-                                 % self.buf[:300])
-        self.sock.settimeout(remaining)
-        try:
-            data = self.sock.recv(65536)
-        except socket.timeout:
-            raise AssertionError("no complete response in time; got %r"
-                                 % self.buf[:300])
-        if not data:
-            raise AssertionError("connection closed before a complete "
-                                 "response; got %r" % self.buf[:300])
-        self.buf += data
-
-    def read_response(self, timeout=5.0):
-        """The next response (an interim 1xx one included)."""
-        deadline = time.monotonic() + timeout
-        while b"\r\n\r\n" not in self.buf:
-            self._fill(deadline)
-        head, _, rest = self.buf.partition(b"\r\n\r\n")
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-            raise AssertionError("not an HTTP response: %r" % head[:300])
-        status = int(parts[1])
-        headers = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower().decode()] = value.strip().decode()
-        length = 0 if 100 <= status < 200 else int(
-            headers.get("content-length", "0"))
-        self.buf = rest
-        while len(self.buf) < length:
-            self._fill(deadline)
-        body, self.buf = self.buf[:length], self.buf[length:]
-        return Response(status, headers, body)
-
-    def wait_closed(self, timeout):
-        """Reads until the peer closes: (closed, bytes received meanwhile).
-
-        A reset or a broken pipe counts as closed as well as an orderly
-        end of stream; a timeout does not.
-        """
-        deadline = time.monotonic() + timeout
-        extra = b""
-        for _ in range(10000):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False, extra
-            self.sock.settimeout(remaining)
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                return False, extra
-            except (ConnectionResetError, BrokenPipeError):
-                return True, extra
-            if not data:
-                return True, extra
-            extra += data
-        return False, extra
-
-    def reset(self):
-        """Abortive close: RST instead of FIN."""
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                 struct.pack("ii", 1, 0))
-        except OSError:
-            pass
-        self.close()
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 class HostileTest(unittest.TestCase):

@@ -14,7 +14,6 @@ and socket is closed in tearDown.
 import os
 import re
 import resource
-import socket
 import stat
 import sys
 import time
@@ -23,8 +22,8 @@ from unittest import mock
 
 import harness
 from harness import Node, TempDir, wait_for
+from rawhttp import Client, HOST
 
-HOST = "127.0.0.1"
 PROBLEM = "https://oncegate.dev/problems/"
 
 # Bounds for a node out of descriptors with idle clients waiting: a core
@@ -36,92 +35,6 @@ MAX_CPU_SHARE = 0.10
 MAX_LOG_GROWTH = 100 * 1024
 IDLE_CLIENTS = 100
 NOFILE = 64
-
-
-class Response:
-    def __init__(self, status, version, headers, body):
-        self.status = status
-        self.version = version
-        self.headers = headers
-        self.body = body
-
-    def __repr__(self):
-        return "Response(%d, %r, %r)" % (self.status, self.headers,
-                                         self.body[:300])
-
-
-class Client:
-    """One raw TCP connection with a receive buffer and bounded reads."""
-
-    def __init__(self, port, timeout=5.0):
-        self.sock = socket.create_connection((HOST, port), timeout=timeout)
-        self.buf = b""
-
-    def send(self, data):
-        self.sock.sendall(data)
-
-    def _fill(self, deadline):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise AssertionError("no complete response in time; got %r"
-                                 % self.buf[:300])
-        self.sock.settimeout(remaining)
-        try:
-            data = self.sock.recv(65536)
-        except socket.timeout:
-            raise AssertionError("no complete response in time; got %r"
-                                 % self.buf[:300])
-        if not data:
-            raise AssertionError("connection closed before a complete "
-                                 "response; got %r" % self.buf[:300])
-        self.buf += data
-
-    def read_response(self, head=False, timeout=5.0):
-        """The next response; `head`: it answers a HEAD (no body)."""
-        deadline = time.monotonic() + timeout
-        while b"\r\n\r\n" not in self.buf:
-            self._fill(deadline)
-        block, _, rest = self.buf.partition(b"\r\n\r\n")
-        lines = block.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-            raise AssertionError("not a status line: %r" % lines[0])
-        status = int(parts[1])
-        headers = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower().decode()] = value.strip().decode()
-        length = 0
-        if not head and status not in (204, 304) and status >= 200:
-            length = int(headers.get("content-length", "0"))
-        while len(rest) < length:
-            self.buf = block + b"\r\n\r\n" + rest
-            self._fill(deadline)
-            rest = self.buf.partition(b"\r\n\r\n")[2]
-        self.buf = rest[length:]
-        return Response(status, parts[0].decode(), headers, rest[:length])
-
-    def wait_closed(self, timeout=5.0):
-        """True once the peer closed (EOF or reset) within `timeout`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                return False
-            except ConnectionResetError:
-                return True
-            if not data:
-                return True
-            self.buf += data
-        return False
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 def request(method, path, version="HTTP/1.1", extra=()):
@@ -272,7 +185,7 @@ class ResilienceTest(unittest.TestCase):
         self.assertEqual(res.status, 200, res)
         self.assertNotEqual(res.headers.get("connection", "").lower(),
                             "keep-alive")
-        self.assertTrue(c.wait_closed())
+        self.assertTrue(c.wait_closed(5.0)[0])
 
     # -- descriptors -------------------------------------------------------
 
