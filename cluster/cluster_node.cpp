@@ -21,6 +21,7 @@ extern "C" {
 #include <caf/stateful_actor.hpp>
 
 #include "common/errc.hpp"
+#include "common/mutant.hpp"
 #include "common/logging.hpp"
 
 namespace oncegate::cluster {
@@ -422,6 +423,8 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
       return;
     // Cached records must not outlive a change of leadership: while this
     // node was not leader, another one may have changed them.
+    if (ONCEGATE_MUTANT("skip-key-reset"))
+      return;
     std::lock_guard<std::mutex> guard{*registries_mtx};
     for (auto& reg : *registries)
       caf::anon_send(reg, reset_atom::value);

@@ -19,6 +19,7 @@ extern "C" {
 #include <caf/event_based_actor.hpp>
 
 #include "common/errc.hpp"
+#include "common/mutant.hpp"
 #include "common/logging.hpp"
 #include "persistence/batch_clock.hpp"
 #include "persistence/command.hpp"
@@ -148,6 +149,29 @@ void flush(store_pointer self) {
       else if (cmd.type == command::kind::purge)
         cmd.now_ms = t;
     }
+#ifdef ONCEGATE_MUTANTS
+    // Mutant answer-before-majority: claims are answered when proposed,
+    // decided from what this node applied so far (the later answer is
+    // dropped: a response promise delivers once).
+    if (ONCEGATE_MUTANT("answer-before-majority"))
+      for (size_t k = 0; k < batch.size(); ++k) {
+        if (batch[k].type != command::kind::claim)
+          continue;
+        auto& req = batch[k].claim;
+        claim_result res;
+        auto cur = st.reader->load(req.route, req.key);
+        if (cur && cur->found && live(cur->rec, req.now_ms)) {
+          res.outcome = cur->rec.fingerprint == req.fingerprint
+                          ? decision::duplicate
+                          : decision::mismatch;
+          res.rec = std::move(cur->rec);
+        } else {
+          res.outcome = decision::accepted;
+          res.rec = make_record(req);
+        }
+        waiting[k].rp.deliver(std::move(res));
+      }
+#endif
     auto seq = st.next_seq++;
     st.outstanding.emplace(seq, std::move(waiting));
     st.started.emplace(seq, std::chrono::steady_clock::now());

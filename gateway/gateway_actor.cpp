@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <random>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include <caf/sec.hpp>
 
 #include "common/logging.hpp"
+#include "common/mutant.hpp"
 
 namespace oncegate::gateway {
 
@@ -101,6 +103,9 @@ void forward(caf::event_based_actor* self,
       done(std::move(res));
       return;
     }
+    if constexpr (std::is_same_v<T, claim_result>)
+      if (ONCEGATE_MUTANT("drop-request-id")) // mutant: a retry is a stranger
+        std::get<1>(args).request_id += 0x9e3779b97f4a7c15ull;
     // Backs off (interval x 1, 2, 4, 8, then 8 again): a failover takes
     // hundreds of milliseconds, and many requests may be waiting for it.
     auto delay = cr->retry_interval * (1u << std::min(attempt, 3u));

@@ -22,6 +22,7 @@
 #include <boost/beast/http.hpp>
 
 #include "common/logging.hpp"
+#include "common/mutant.hpp"
 
 namespace oncegate::gateway {
 
@@ -260,6 +261,9 @@ public:
         self->stream_->expires_after(self->target_.connect_timeout);
         self->stream_->async_connect(
           results, [self](beast::error_code ec, const tcp::endpoint&) {
+            if (ec && ONCEGATE_MUTANT("connect-timeout-in-doubt")
+                && ec == beast::error::timeout)
+              return self->finish(self->maybe_sent("connect: timeout", true));
             if (ec)
               return self->finish(self->not_sent("connect: " + ec.message()));
             if (!self->send_now())

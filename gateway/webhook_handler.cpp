@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/logging.hpp"
+#include "common/mutant.hpp"
 #include "common/sha256.hpp"
 #include "actors/registry.hpp"
 #include "gateway/auth.hpp"
@@ -451,6 +452,9 @@ void webhook_handler::handle_webhook(const route_config& route,
   log::gateway()->debug("[C{}][R{}] claim.submit route={} key_source={}",
                         req.conn_id, req.req_id, route.name,
                         to_string(key.source));
+  if (ONCEGATE_MUTANT("log-request-body")) // mutant: a secret in the log
+    log::gateway()->info("[C{}][R{}] claim.body {}", req.conn_id, req.req_id,
+                         claim.signal);
   node_.claim(
     std::move(claim),
     [this, idx, &route, done = std::move(done), key = std::move(key),

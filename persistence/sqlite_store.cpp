@@ -17,6 +17,7 @@
 #include <sqlite3.h>
 
 #include "common/errc.hpp"
+#include "common/mutant.hpp"
 #include "common/logging.hpp"
 
 namespace oncegate::persistence {
@@ -546,7 +547,11 @@ caf::error sqlite_store::begin() {
 caf::error sqlite_store::commit() {
   auto st = impl_->stmts[stmt_commit];
   stmt_guard guard{st};
-  if (sqlite3_step(st) != SQLITE_DONE) {
+  auto rc = sqlite3_step(st);
+  if (ONCEGATE_MUTANT("ignore-commit-result"))
+    rc = SQLITE_DONE; // mutant: the transaction is gone, the caller is told
+                      // it committed
+  if (rc != SQLITE_DONE) {
     std::string ctx = "commit: ";
     ctx += sqlite3_errmsg(impl_->db);
     rollback();
@@ -611,7 +616,11 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
         return sqlite_error(db, "select record");
     }
   }
-  if (existed && live(result.rec, now_ms)) {
+  auto holds = existed && live(result.rec, now_ms);
+  if (holds && ONCEGATE_MUTANT("grant-on-mismatch")
+      && result.rec.fingerprint != req.fingerprint)
+    holds = false; // mutant: another payload under a live key executes
+  if (holds) {
     auto& rec = result.rec;
     if (rec.fingerprint != req.fingerprint)
       result.outcome = decision::mismatch;

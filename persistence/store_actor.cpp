@@ -1,5 +1,7 @@
 #include "persistence/store_actor.hpp"
 
+#include "common/mutant.hpp"
+
 #include <chrono>
 #include <iterator>
 #include <string>
@@ -146,7 +148,10 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
   st.pending_bytes += bytes;
   st.pending.emplace_back(std::move(cmd));
   st.waiters.emplace_back(std::move(w));
-  if (st.opts.unsafe_ack_before_commit) {
+#ifdef ONCEGATE_MUTANTS
+  // Mutant ack-before-commit: claims were answered already (see
+  // `unsafe_claim`), batches commit 100 ms later.
+  if (ONCEGATE_MUTANT("ack-before-commit")) {
     if (!st.flush_scheduled) {
       st.flush_scheduled = true;
       self->delayed_send(self, std::chrono::milliseconds(100),
@@ -154,6 +159,7 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
     }
     return;
   }
+#endif
   if (st.pending.size() >= st.opts.max_batch) {
     st.flush();
   } else if (!st.flush_scheduled) {
@@ -162,9 +168,11 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
   }
 }
 
-// See `store_actor_options::unsafe_ack_before_commit` and `unsafe_ack_quiet`:
-// decides from what is committed so far and answers at once; the write
-// commits later (100 ms later, or on the next flush like any write).
+#ifdef ONCEGATE_MUTANTS
+// Mutants ack-before-commit and quiet-ack (BROKEN ON PURPOSE, common/
+// mutant.hpp): decides from what is committed so far and answers at once;
+// the write commits later (100 ms later, or on the next flush like any
+// write: then only the fsync window separates the answer from the commit).
 claim_result unsafe_claim(store_pointer self, claim_request&& req) {
   claim_result res;
   auto cur = self->state.db->load(req.route, req.key);
@@ -182,6 +190,7 @@ claim_result unsafe_claim(store_pointer self, claim_request&& req) {
   enqueue(self, std::move(cmd), waiter{});
   return res;
 }
+#endif
 
 store_actor::behavior_type store_impl(store_pointer self,
                                       std::shared_ptr<sqlite_store> db,
@@ -200,9 +209,10 @@ store_actor::behavior_type store_impl(store_pointer self,
   });
   return {
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
-      if (self->state.opts.unsafe_ack_before_commit
-          || self->state.opts.unsafe_ack_quiet)
+#ifdef ONCEGATE_MUTANTS
+      if (ONCEGATE_MUTANT("ack-before-commit") || ONCEGATE_MUTANT("quiet-ack"))
         return unsafe_claim(self, std::move(req));
+#endif
       command cmd;
       cmd.type = command::kind::claim;
       cmd.claim = std::move(req);

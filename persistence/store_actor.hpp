@@ -87,17 +87,6 @@ struct store_actor_options {
   /// forward (connect + response timeouts): each purge turns such records
   /// in-doubt. 0: never.
   int64_t in_flight_deadline_ms = 0;
-  /// BROKEN ON PURPOSE, for fault-injection tests only (the product never
-  /// sets it): claims are answered from a read before they are written, and
-  /// batches commit 100 ms later. The drill suite must catch a node built
-  /// this way (lost acknowledged claims, duplicate executions).
-  bool unsafe_ack_before_commit = false;
-  /// BROKEN ON PURPOSE, for fault-injection tests only (the product never
-  /// sets it): claims are answered from a read before they are written, as
-  /// with `unsafe_ack_before_commit`, but the batch commits on the store's
-  /// next mailbox turn. Only a lost fsync window separates such an answer
-  /// from its commit: the power-loss test must catch it (docs/testing.md).
-  bool unsafe_ack_quiet = false;
 };
 
 /// Spawns the store actor owning `db`. Production spawns it detached (its
