@@ -180,15 +180,22 @@ int backup(const node_config& cfg) {
     std::cerr << "oncegate: backup failed: " << describe(db.error()) << '\n';
     return 1;
   }
-  auto applied = (*db)->applied_index();
+  // One read transaction for the numbers and the copy: the message
+  // describes exactly the moment the file holds, writers going on or not.
+  auto applied = (*db)->begin_read();
   auto count = (*db)->count();
-  if (auto err = (*db)->backup_to(cfg.backup_to)) {
-    std::cerr << "oncegate: backup failed: " << describe(err) << '\n';
+  auto err = (*db)->backup_to(cfg.backup_to);
+  (*db)->rollback(); // ends the read transaction
+  if (err || !applied || !count) {
+    std::cerr << "oncegate: backup failed: "
+              << describe(err ? err : !applied ? applied.error()
+                                               : count.error())
+              << '\n';
     return 1;
   }
   std::cout << "oncegate: backup of " << opts.path << " written to "
-            << cfg.backup_to << " (" << (count ? *count : 0)
-            << " records, applied index " << (applied ? *applied : 0)
+            << cfg.backup_to << " (" << *count
+            << " records, applied index " << *applied
             << ")\n";
   return 0;
 }

@@ -160,9 +160,7 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
     return;
   }
 #endif
-  if (st.pending.size() >= st.opts.max_batch) {
-    st.flush();
-  } else if (!st.flush_scheduled) {
+  if (!st.flush_scheduled) {
     st.flush_scheduled = true;
     self->send(self, flush_atom::value);
   }
@@ -285,7 +283,19 @@ store_actor::behavior_type store_impl(store_pointer self,
         return std::move(res.error());
       return *res;
     },
-    [self](flush_atom) { self->state.flush(); },
+    [self](flush_atom) {
+      auto& st = self->state;
+      st.flush();
+      // More than one batch queued: the next goes behind what arrived
+      // meanwhile, as the first did. Every operation waiting in the mailbox
+      // is in `pending` before a commit starts, so `max_pending` bounds the
+      // whole queue (a commit that stalls makes the mailbox grow, not the
+      // work: what does not fit is refused at once).
+      if (!st.pending.empty() && !st.flush_scheduled) {
+        st.flush_scheduled = true;
+        self->send(self, flush_atom::value);
+      }
+    },
   };
 }
 

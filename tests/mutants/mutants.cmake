@@ -24,3 +24,22 @@ oncegate_mutant_killed_by(ack-before-commit --exit 1 --
   --set faults.repeat=10 --seed 18 --quiet)
 set_tests_properties(mutant.ack-before-commit PROPERTIES
   RESOURCE_LOCK oncegate_drills)
+
+# Ignores COMMIT's result: a claim whose commit failed is answered 200 (the
+# test wants 503, nothing stored, one execution on retry).
+oncegate_mutant_killed_by(ignore-commit-result -- @python -m unittest
+  test_failures.CommitFailureTest.test_a_failed_commit_is_503_executes_nothing_and_the_retry_runs_once)
+
+# A reused key with another payload, decided by the store (cold caches after
+# a restart), is granted and forwarded instead of 422.
+oncegate_mutant_killed_by(grant-on-mismatch -- @python -m unittest
+  test_key_reuse.ReuseAfterRestartTest.test_a_reused_key_after_a_restart_is_422_and_not_forwarded)
+
+# An upstream connect timeout classified "maybe sent": the key turns in
+# doubt instead of being released for the sender's retry.
+oncegate_mutant_killed_by(connect-timeout-in-doubt -- @python -m unittest
+  test_unreachable.ConnectTimeoutTest.test_a_connect_timeout_is_not_sent_and_the_retry_executes)
+
+# Logs every claim's body: a marker from the body shows up in the log.
+oncegate_mutant_killed_by(log-request-body -- @python -m unittest
+  test_logging.NoSecretsInLogsTest.test_no_body_or_secret_reaches_a_text_log_at_trace_level)

@@ -15,6 +15,10 @@ import threading
 import time
 
 BIN = os.environ.get("ONCEGATE_BIN", "build/tools/oncegate")
+# The test build (tests/mutants): the product unless ONCEGATE_MUTANT is set,
+# plus test-only switches such as ONCEGATE_COMMIT_FAULT_FILE. Unset when
+# the tests run outside CTest without it.
+MUTANT_BIN = os.environ.get("ONCEGATE_MUTANT_BIN")
 START_TIMEOUT = 20.0
 STOP_TIMEOUT = 20.0
 
@@ -125,6 +129,19 @@ class TempDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def metric(node, name):
+    """The value of the sample `name` (labels included, as in the text
+    format: 'x_total{route="a"}') in the node's /metrics, or None."""
+    status, _, body = node.request("GET", "/metrics")
+    if status != 200:
+        return None
+    for line in body.decode().splitlines():
+        head, _, value = line.rpartition(" ")
+        if head == name:
+            return float(value)
+    return None
+
+
 def wait_for(predicate, timeout, interval=0.01):
     """Polls `predicate` until it is true or `timeout` seconds passed."""
     deadline = time.monotonic() + timeout
@@ -145,6 +162,11 @@ class UpstreamNodeCase:
     def config(self, url):
         return ""
 
+    def node_kwargs(self):
+        """Extra `Node` arguments (`bin`, `env`); called after `self.tmp`
+        exists."""
+        return {}
+
     def setUp(self):
         import sys
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..",
@@ -156,7 +178,7 @@ class UpstreamNodeCase:
         with open(self.ini, "w") as f:
             f.write(self.config(self.up.url))
         self.node = Node(self.tmp.path, "--config-file=" + self.ini,
-                         *self.node_args).start()
+                         *self.node_args, **self.node_kwargs()).start()
         self.n = 0
 
     def tearDown(self):
