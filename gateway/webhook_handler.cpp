@@ -88,12 +88,13 @@ std::string status_body(const char* status, const idempotency_key& key,
 rejection unavailable(errc error) {
   return {503, "unavailable", "Service unavailable",
           error == errc::overloaded
-            ? "node overloaded; nothing was executed; retry later"
-            : "no durable decision could be made; nothing was executed; "
-              "retry later"};
+            ? "node overloaded; this request was not executed; retry later"
+            : "no durable decision could be made; this request was not "
+              "executed; retry later"};
 }
 
-// 503 with Retry-After: the node could not decide; nothing was executed.
+// 503 with Retry-After: the node could not decide; this request was not
+// executed (a key executed before stays executed: a retry finds it).
 http_response unavailable_response(errc error, const std::string& key) {
   auto res = make_problem(unavailable(error), key);
   res.set("Retry-After", "1");
