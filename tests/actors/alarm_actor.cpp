@@ -113,6 +113,36 @@ CAF_TEST(a stale alarm is harmless) {
   CAF_CHECK_EQUAL(records(), 0u);
 }
 
+CAF_TEST(an alarm made stale by a renewal does not purge the renewed key) {
+  fill(1, *wall, 1'000, "a");
+  // Wake the alarm once so it arms itself for the record's expiry.
+  sched.advance_time(opts.alarm.max_interval);
+  sched.run();
+  CAF_REQUIRE_EQUAL(alarm().next_due_ms, *wall + 1'000);
+  // The record expires and its key is claimed again before the alarm
+  // fires: a new record, due a minute later.
+  *wall += 1'000;
+  CAF_REQUIRE_EQUAL(outcome(make_claim("a0", *wall, "{}", 60'000)),
+                    decision::renewed);
+  // The alarm armed for the old record fires: it must not take the new one.
+  auto before = alarm();
+  CAF_CHECK(sched.advance_time(std::chrono::milliseconds(1'001)) >= 1u);
+  sched.run();
+  auto after = alarm();
+  CAF_CHECK(after.runs > before.runs);
+  CAF_CHECK_EQUAL(after.purged, before.purged);
+  CAF_CHECK_EQUAL(records(), 1u);
+  CAF_CHECK_EQUAL(outcome(make_claim("a0", *wall, "{}", 60'000)),
+                  decision::duplicate);
+  // It re-armed for the renewed record, and purges it when that is due.
+  CAF_CHECK_EQUAL(after.next_due_ms, *wall + 60'000);
+  *wall += 60'000;
+  CAF_CHECK(sched.advance_time(std::chrono::milliseconds(60'001)) >= 1u);
+  sched.run();
+  CAF_CHECK_EQUAL(alarm().purged, before.purged + 1);
+  CAF_CHECK_EQUAL(records(), 0u);
+}
+
 CAF_TEST(expiry does not depend on the alarm) {
   fill(1, *wall, 1'000, "a");
   // No purge ran, yet a claim after the ttl is granted again.

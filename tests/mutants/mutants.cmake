@@ -43,3 +43,19 @@ oncegate_mutant_killed_by(connect-timeout-in-doubt -- @python -m unittest
 # Logs every claim's body: a marker from the body shows up in the log.
 oncegate_mutant_killed_by(log-request-body -- @python -m unittest
   test_logging.NoSecretsInLogsTest.test_no_body_or_secret_reaches_a_text_log_at_trace_level)
+
+# Answers a cluster claim when proposed: with both followers stopped the
+# leader answers 200 (the test wants 503 after the leader wait, nothing
+# executed, the retry executed once after they resume).
+oncegate_mutant_killed_by(answer-before-majority -- @python -m unittest
+  test_cluster_faults.FaultsTest.test_a_claim_without_a_majority_is_never_answered_200)
+
+# Keeps cached records across a change of leadership: a leader regained
+# answers 409 from its cache for keys an operator released meanwhile.
+oncegate_mutant_killed_by(skip-key-reset -- @python -m unittest
+  test_cluster_faults.FaultsTest.test_a_leader_regained_answers_from_the_current_state)
+
+# A leadership retry carries another request id: a claim that committed
+# while its answer was lost is taken for a stranger's (409, stranded).
+oncegate_mutant_killed_by(drop-request-id -- @python -m unittest
+  test_cluster_faults.FaultsTest.test_a_claim_committed_while_its_answer_was_lost_is_ours)
