@@ -14,16 +14,6 @@
 
 namespace oncegate {
 
-std::string routing_key(const std::string& route, const std::string& key) {
-  // Route names never contain NUL, so the pair maps to one string only.
-  std::string result;
-  result.reserve(route.size() + key.size() + 1);
-  result += route;
-  result += '\0';
-  result += key;
-  return result;
-}
-
 namespace {
 
 struct child;

@@ -66,9 +66,6 @@ struct registry_options {
   key_actor_options key;
 };
 
-/// Returns the string a registry indexes `(route, key)` by.
-std::string routing_key(const std::string& route, const std::string& key);
-
 /// Spawns a registry shard whose key actors use `store`.
 registry_actor spawn_registry(caf::actor_system& sys,
                               persistence::store_actor store,

@@ -59,4 +59,14 @@ record make_record(const claim_request& req, int64_t now_ms) {
   return r;
 }
 
+std::string routing_key(const std::string& route, const std::string& key) {
+  // Route names never contain NUL, so the pair maps to one string only.
+  std::string result;
+  result.reserve(route.size() + key.size() + 1);
+  result += route;
+  result += '\0';
+  result += key;
+  return result;
+}
+
 } // namespace oncegate

@@ -253,4 +253,8 @@ typename Inspector::result_type inspect(Inspector& f, purge_result& x) {
   return f(caf::meta::type_name("purge_result"), x.purged, x.next_due_ms);
 }
 
+/// The one string `(route, key)` is indexed by (registries, caches). Route
+/// names never contain NUL, so the pair maps to one string only.
+std::string routing_key(const std::string& route, const std::string& key);
+
 } // namespace oncegate

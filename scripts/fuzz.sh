@@ -44,15 +44,15 @@ all_targets=(fuzz_request fuzz_canonical_json fuzz_standard_webhooks
 sources_of() {
   case "$1" in
     fuzz_request)
-      echo gateway/payload.cpp gateway/json_text.cpp common/sha256.cpp \
-           gateway/idempotency_key.cpp ;;
+      echo api/payload.cpp api/json_text.cpp common/sha256.cpp \
+           api/idempotency_key.cpp ;;
     fuzz_canonical_json)
-      echo gateway/payload.cpp gateway/json_text.cpp common/sha256.cpp ;;
+      echo api/payload.cpp api/json_text.cpp common/sha256.cpp ;;
     fuzz_standard_webhooks)
-      echo gateway/auth.cpp gateway/url.cpp common/sha256.cpp ;;
+      echo api/auth.cpp api/url.cpp common/sha256.cpp ;;
     fuzz_idempotency_key)
-      echo gateway/idempotency_key.cpp gateway/json_text.cpp \
-           common/sha256.cpp gateway/auth.cpp gateway/url.cpp ;;
+      echo api/idempotency_key.cpp api/json_text.cpp \
+           common/sha256.cpp api/auth.cpp api/url.cpp ;;
   esac
 }
 

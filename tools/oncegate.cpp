@@ -1,5 +1,5 @@
 // oncegate: one node of the webhook idempotency gateway.
-#include "gateway/node_main.hpp"
+#include "app/node_main.hpp"
 
 #ifndef ONCEGATE_VERSION
 #  define ONCEGATE_VERSION "unknown"

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <variant>
 
-#include "gateway/payload.hpp"
+#include "api/payload.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 namespace gw = oncegate::gateway;

@@ -12,10 +12,10 @@
 #include <variant>
 #include <vector>
 
-#include "gateway/auth.hpp"
-#include "gateway/idempotency_key.hpp"
-#include "gateway/json_text.hpp"
-#include "gateway/url.hpp"
+#include "api/auth.hpp"
+#include "api/idempotency_key.hpp"
+#include "api/json_text.hpp"
+#include "api/url.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 namespace gw = oncegate::gateway;

@@ -15,8 +15,8 @@
 #include <variant>
 
 #include "common/sha256.hpp"
-#include "gateway/idempotency_key.hpp"
-#include "gateway/payload.hpp"
+#include "api/idempotency_key.hpp"
+#include "api/payload.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 namespace gw = oncegate::gateway;

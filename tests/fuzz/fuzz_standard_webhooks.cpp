@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/sha256.hpp"
-#include "gateway/auth.hpp"
+#include "api/auth.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 namespace gw = oncegate::gateway;

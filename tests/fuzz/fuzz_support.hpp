@@ -14,8 +14,8 @@
 
 #include <openssl/sha.h>
 
-#include "gateway/payload.hpp"
-#include "gateway/rejection.hpp"
+#include "api/payload.hpp"
+#include "api/rejection.hpp"
 
 // Aborts the run (libFuzzer records the input as a crash) when an invariant
 // does not hold. The message names the invariant so that a crash log says

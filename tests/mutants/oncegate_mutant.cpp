@@ -17,7 +17,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "gateway/node_main.hpp"
+#include "app/node_main.hpp"
 #include "tests/mutants/commit_fault.hpp"
 #include "tests/mutants/mutant.hpp"
 #include "tests/powerloss/powerloss_vfs.hpp"

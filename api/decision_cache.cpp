@@ -1,0 +1,151 @@
+#include "api/decision_cache.hpp"
+
+#include <functional>
+
+namespace oncegate::gateway {
+
+namespace {
+
+constexpr std::size_t shard_count = 64;
+
+} // namespace
+
+// What an entry costs beyond its strings: the map node, the key's copy in
+// `order`, and the allocators' headers.
+constexpr std::size_t entry_overhead = 160;
+
+decision_cache::decision_cache(std::size_t capacity, std::size_t max_bytes)
+  : capacity_(capacity),
+    per_shard_(capacity == 0 ? 0 : std::max<std::size_t>(capacity / shard_count, 1)),
+    per_shard_bytes_(max_bytes == 0
+                       ? SIZE_MAX
+                       : std::max<std::size_t>(max_bytes / shard_count, 1024)),
+    shards_(capacity == 0 ? 0 : shard_count) {
+  // nop
+}
+
+decision_cache::shard& decision_cache::shard_for(std::string_view routing) const {
+  return shards_[std::hash<std::string_view>{}(routing) % shards_.size()];
+}
+
+uint64_t decision_cache::epoch(std::string_view routing) const {
+  if (!enabled())
+    return 0;
+  return shard_for(routing).epoch.load(std::memory_order_acquire);
+}
+
+std::optional<cache_hit> decision_cache::lookup(std::string_view routing,
+                                                std::string_view fingerprint,
+                                                int64_t now_ms,
+                                                bool with_body) const {
+  if (!enabled())
+    return std::nullopt;
+  auto& sh = shard_for(routing);
+  // C++17's unordered_map cannot look up by string_view; reuse one buffer
+  // per thread instead of allocating a key per lookup.
+  thread_local std::string probe;
+  probe.assign(routing.data(), routing.size());
+  std::lock_guard<std::mutex> guard{sh.mtx};
+  auto i = sh.map.find(probe);
+  // Only completed records are cached (see `remember`).
+  if (i == sh.map.end()
+      || !live(record_state::completed, i->second.expires_at_ms, now_ms))
+    return std::nullopt;
+  auto& e = i->second;
+  if (with_body && !e.has_body)
+    return std::nullopt;
+  cache_hit hit;
+  hit.same_payload = e.fingerprint == fingerprint;
+  hit.first_seen_ms = e.first_seen_ms;
+  hit.status = e.status;
+  if (with_body) {
+    hit.headers = e.headers;
+    hit.response = e.response;
+  }
+  return hit;
+}
+
+void decision_cache::remember(const std::string& routing, const record& rec,
+                              uint64_t epoch_seen, bool with_body) {
+  if (!enabled() || rec.state != record_state::completed)
+    return;
+  auto base = entry_overhead + 2 * routing.size() + rec.fingerprint.size();
+  auto body = rec.headers.size() + rec.response.size();
+  with_body = with_body && base + body <= per_shard_bytes_ / 16;
+  auto& sh = shard_for(routing);
+  std::lock_guard<std::mutex> guard{sh.mtx};
+  if (sh.epoch.load(std::memory_order_relaxed) != epoch_seen)
+    return; // released since the claim was submitted
+  auto [i, added] = sh.map.try_emplace(routing);
+  auto& e = i->second;
+  if (!added && e.first_seen_ms > rec.first_seen_ms)
+    return; // a newer record of the key is already here
+  sh.bytes -= e.cost;
+  e.fingerprint = rec.fingerprint;
+  e.first_seen_ms = rec.first_seen_ms;
+  e.expires_at_ms = rec.expires_at_ms;
+  e.status = rec.status;
+  e.has_body = with_body;
+  if (with_body) {
+    e.headers = rec.headers;
+    e.response = rec.response;
+  } else {
+    std::string{}.swap(e.headers);
+    std::string{}.swap(e.response);
+  }
+  e.cost = base + (with_body ? body : 0);
+  sh.bytes += e.cost;
+  if (added)
+    sh.order.push_back(routing);
+  // Oldest first, never the entry just made.
+  while ((sh.map.size() > per_shard_ || sh.bytes > per_shard_bytes_)
+         && !sh.order.empty() && sh.map.size() > 1) {
+    auto victim = sh.map.find(sh.order.front());
+    sh.order.pop_front();
+    if (victim == sh.map.end())
+      continue; // forgotten since
+    if (victim->first == routing)
+      sh.order.push_back(routing); // keep the newest; evict the next one
+    else
+      sh.erase(victim);
+  }
+  // Keys erased by `forget` stay in `order`; keep it from growing without
+  // bound under churn.
+  if (sh.order.size() > 2 * per_shard_ + 16) {
+    std::deque<std::string> live;
+    for (auto& k : sh.order)
+      if (sh.map.count(k) > 0)
+        live.push_back(k);
+    sh.order.swap(live);
+  }
+}
+
+void decision_cache::forget(std::string_view routing) {
+  if (!enabled())
+    return;
+  auto& sh = shard_for(routing);
+  std::lock_guard<std::mutex> guard{sh.mtx};
+  sh.epoch.fetch_add(1, std::memory_order_acq_rel);
+  if (auto i = sh.map.find(std::string{routing}); i != sh.map.end())
+    sh.erase(i);
+}
+
+std::size_t decision_cache::bytes() const {
+  std::size_t n = 0;
+  for (auto& sh : shards_) {
+    std::lock_guard<std::mutex> guard{sh.mtx};
+    n += sh.bytes;
+  }
+  return n;
+}
+
+std::size_t decision_cache::size() const {
+  std::size_t n = 0;
+  for (auto& sh : shards_) {
+    std::lock_guard<std::mutex> guard{sh.mtx};
+    n += sh.map.size();
+  }
+  return n;
+}
+
+} // namespace oncegate::gateway

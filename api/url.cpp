@@ -1,0 +1,62 @@
+#include "api/url.hpp"
+
+namespace oncegate::gateway {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+std::optional<std::string> percent_decode(std::string_view in,
+                                          bool plus_is_space) {
+  std::string out;
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto c = in[i];
+    if (c == '%') {
+      if (i + 2 >= in.size())
+        return std::nullopt;
+      auto hi = hex_value(in[i + 1]);
+      auto lo = hex_value(in[i + 2]);
+      if (hi < 0 || lo < 0)
+        return std::nullopt;
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> query_param(std::string_view target,
+                                       std::string_view name) {
+  auto q = target.find('?');
+  if (q == std::string_view::npos)
+    return std::nullopt;
+  auto query = target.substr(q + 1);
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto pair = query.substr(0, amp);
+    auto eq = pair.find('=');
+    auto key = pair.substr(0, eq);
+    if (key == name) {
+      auto value = eq == std::string_view::npos ? std::string_view{}
+                                                : pair.substr(eq + 1);
+      return percent_decode(value, true);
+    }
+    if (amp == std::string_view::npos)
+      break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+} // namespace oncegate::gateway

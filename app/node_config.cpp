@@ -1,0 +1,408 @@
+#include "app/node_config.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <chrono>
+#include <thread>
+
+#include <caf/atom.hpp>
+
+#include "actors/messages.hpp"
+
+namespace oncegate::gateway {
+
+namespace {
+
+std::chrono::milliseconds to_ms(caf::timespan x) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(x);
+}
+
+} // namespace
+
+node_config::node_config() {
+  register_types(*this);
+  set_scheduler_defaults(*this);
+  opt_group{custom_options_, "global"}
+    .add(http_host, "http-host", "address the HTTP listener binds")
+    .add(http_port, "http-port", "HTTP port (0: any free port)")
+    .add(data_dir, "data-dir", "directory of the SQLite database")
+    .add(log_level, "log-level", "trace, debug, info, warn, error or off")
+    .add(log_levels, "log-levels",
+         "per-component levels, e.g. store=debug,cluster=warn (components: "
+         "gateway, actors, store, cluster)")
+    .add(log_format, "log-format", "text or json (one object per line)")
+    .add(log_file, "log-file",
+         "also log to this file, rotated (empty: stderr only)")
+    .add(log_file_size, "log-file-size", "rotate the log file at this size")
+    .add(log_file_count, "log-file-count", "rotated log files kept")
+    .add(http_threads, "http-threads", "threads serving HTTP")
+    .add(upstream, "upstream",
+         "forward the default route's first requests to http://host:port/path")
+    .add(version, "version", "print the version and exit")
+    .add(backup_to, "backup-to",
+         "write an online backup of data-dir's database to this new file "
+         "and exit (the node may be running)");
+  opt_group{custom_options_, "http"}
+    .add(body_limit, "body-limit", "largest request body in bytes (413)")
+    .add(header_limit, "header-limit", "largest header block in bytes (431)")
+    .add(header_timeout, "header-timeout", "time to receive headers (408)")
+    .add(body_timeout, "body-timeout", "time to receive the body (408)")
+    .add(idle_timeout, "idle-timeout", "keep-alive connection idle time")
+    .add(response_timeout, "response-timeout",
+         "time from request to response before 503 (bounds every decision)")
+    .add(max_connections, "max-connections", "open connections at most")
+    .add(shutdown_grace, "shutdown-grace",
+         "longest wait for in-flight requests on shutdown");
+  opt_group{custom_options_, "keys"}
+    .add(ttl, "ttl", "lifetime of a record (e.g. 24h, 72h)")
+    .add(key_idle_timeout, "idle-timeout",
+         "an idle key actor leaves memory after this long")
+    .add(max_live_keys, "max-live", "live key actors at most (503 beyond)")
+    .add(registry_shards, "registry-shards", "registry actors")
+    .add(gateway_actors, "gateway-actors", "gateway (bridge) actors")
+    .add(decision_cache, "decision-cache",
+         "completed decisions cached for duplicates on HTTP threads "
+         "(entries; 0: off)")
+    .add(decision_cache_bytes, "decision-cache-bytes",
+         "bytes the decision cache holds at most (answers included; 0: "
+         "no byte bound)")
+    .add(key_cache_bytes, "actor-cache-bytes",
+         "a live key actor keeps a stored answer up to this size in memory "
+         "(larger ones are read from the store when a duplicate needs it)")
+    .add(in_flight_deadline, "in-flight-deadline",
+         "an in-flight record older than this turns in-doubt (0: the "
+         "longest upstream connect + response timeout + 10s)");
+  opt_group{custom_options_, "store"}
+    .add(max_batch, "max-batch", "operations per transaction at most")
+    .add(max_pending, "max-pending",
+         "operations waiting for a transaction at most (503 beyond)")
+    .add(max_pending_bytes, "max-pending-bytes",
+         "bytes of operations waiting for a transaction at most (503 "
+         "beyond)")
+    .add(checkpoint_pages, "checkpoint-pages",
+         "WAL pages that trigger a background checkpoint")
+    .add(store_on_scheduler, "on-scheduler",
+         "run the store actor on CAF's workers instead of its own thread")
+    .add(max_pages, "max-pages",
+         "largest database in 4 KiB pages (0: unlimited; 503 beyond)");
+  opt_group{custom_options_, "admin"}
+    .add(admin_token, "token",
+         "bearer token for /v1/keys (prefer token-env or token-file)")
+    .add(admin_token_env, "token-env",
+         "environment variable holding the admin token")
+    .add(admin_token_file, "token-file", "file holding the admin token");
+  opt_group{custom_options_, "cluster"}
+    .add(cluster_id, "id", "this node's id in cluster.peers (0: single node)")
+    .add(cluster_peers, "peers",
+         "every node as \"ID=RAFT_HOST:PORT,CAF_HOST:PORT\" (itself too)")
+    .add(cluster_initial, "initial",
+         "ids of the voters that bootstrap a new cluster (default: every "
+         "peer); peers not listed can be added later")
+    .add(cluster_join, "join",
+         "join an existing cluster (added by an operator) instead of "
+         "bootstrapping it")
+    .add(election_timeout, "election-timeout",
+         "raft election timeout (randomised to 1-2x)")
+    .add(heartbeat_timeout, "heartbeat-timeout", "raft heartbeat interval")
+    .add(snapshot_threshold, "snapshot-threshold",
+         "raft log entries between snapshots")
+    .add(snapshot_trailing, "snapshot-trailing",
+         "raft log entries kept behind a snapshot")
+    .add(remote_timeout, "remote-timeout",
+         "bound on each request to another node")
+    .add(leader_wait, "leader-wait",
+         "how long a request looks for a ready leader before 503")
+    .add(max_outstanding, "max-outstanding",
+         "raft entries proposed and not yet applied at most")
+    .add(max_entry_bytes, "max-entry-bytes",
+         "bytes of commands per raft log entry at most")
+    .add(max_log_bytes, "max-log-bytes",
+         "bytes of raft log entries kept in memory between snapshots at "
+         "most (a snapshot is taken sooner; 0: entry counts only)")
+    .add(max_background, "max-background",
+         "record transitions retried in the background at most (beyond: "
+         "dropped, the record turns in_doubt at its deadline)")
+    .add(max_background_bytes, "max-background-bytes",
+         "bytes of record transitions retried in the background at most");
+  opt_group{custom_options_, "alarm"}
+    .add(purge_chunk, "purge-chunk", "records deleted per purge transaction")
+    .add(alarm_max_interval, "max-interval",
+         "longest sleep of the expiry alarm");
+}
+
+std::string node_config::unknown_option() const {
+  for (auto& [name, value] : content) {
+    auto group = caf::get_if<caf::settings>(&value);
+    if (group == nullptr) {
+      if (!custom_options_.qualified_name_lookup("global", name))
+        return name;
+      continue;
+    }
+    // Routes are sections of their own (`[route.NAME]`), checked by
+    // `make_routes`.
+    if (name == "route")
+      continue;
+    for (auto& [key, inner] : *group) {
+      auto qualified = name + "." + key;
+      if (caf::holds_alternative<caf::settings>(inner)
+          || !custom_options_.qualified_name_lookup(name, key))
+        return qualified;
+    }
+  }
+  return {};
+}
+
+std::string node_config::validate() const {
+  if (auto name = unknown_option(); !name.empty())
+    return "unknown option " + name
+           + " (oncegate --long-help lists every option)";
+  if (data_dir.empty())
+    return "data-dir must not be empty";
+  if (http_threads < 1 || http_threads > 64)
+    return "http-threads must be within 1..64";
+  if (body_limit < 1)
+    return "http.body-limit must be positive";
+  if (ttl <= caf::timespan::zero())
+    return "keys.ttl must be positive";
+  if (key_idle_timeout <= caf::timespan::zero())
+    return "keys.idle-timeout must be positive";
+  if (max_live_keys < 1)
+    return "keys.max-live must be positive";
+  if (registry_shards < 1 || registry_shards > 256)
+    return "keys.registry-shards must be within 1..256";
+  if (gateway_actors < 1 || gateway_actors > 256)
+    return "keys.gateway-actors must be within 1..256";
+  if (max_batch < 1 || max_pending < max_batch)
+    return "store.max-batch must be positive and at most store.max-pending";
+  if (in_flight_deadline < caf::timespan::zero())
+    return "keys.in-flight-deadline must not be negative";
+  if (purge_chunk < 1)
+    return "alarm.purge-chunk must be positive";
+  if (max_connections < 1)
+    return "http.max-connections must be positive";
+  if (clustered()) {
+    if (cluster_peers.empty())
+      return "cluster.peers must list every node when cluster.id is set";
+    if (heartbeat_timeout <= caf::timespan::zero()
+        || election_timeout <= heartbeat_timeout)
+      return "cluster.election-timeout must exceed cluster.heartbeat-timeout";
+    if (max_outstanding < 1)
+      return "cluster.max-outstanding must be positive";
+    if (snapshot_threshold < 1)
+      return "cluster.snapshot-threshold must be positive";
+  }
+  return log::check(log_opts());
+}
+
+node_options node_config::node_opts() const {
+  node_options res;
+  res.data_dir = data_dir;
+  res.store.checkpoint_pages = static_cast<uint32_t>(checkpoint_pages);
+  res.store.max_pages = max_pages;
+  res.detached_store = !store_on_scheduler;
+  res.store_actor.max_batch = static_cast<uint32_t>(max_batch);
+  res.store_actor.max_pending = static_cast<uint32_t>(max_pending);
+  res.store_actor.max_pending_bytes = max_pending_bytes;
+  res.registry.max_live_keys = max_live_keys;
+  res.registry.key.idle_timeout = key_idle_timeout;
+  res.registry.key.max_cached_answer = key_cache_bytes;
+  res.registry_shards = static_cast<uint32_t>(registry_shards);
+  res.alarm.chunk = static_cast<uint32_t>(purge_chunk);
+  res.alarm.max_interval = alarm_max_interval;
+  return res;
+}
+
+log::log_options node_config::log_opts() const {
+  log::log_options res;
+  res.level = log_level;
+  res.levels = log_levels;
+  res.format = log_format;
+  res.file = log_file;
+  res.file_size = log_file_size;
+  res.file_count = log_file_count;
+  return res;
+}
+
+http_server_options node_config::http_opts() const {
+  http_server_options res;
+  res.host = http_host;
+  res.port = http_port;
+  res.threads = static_cast<unsigned>(http_threads);
+  res.body_limit = body_limit;
+  res.header_limit = header_limit;
+  res.header_timeout = to_ms(header_timeout);
+  res.body_timeout = to_ms(body_timeout);
+  res.idle_timeout = to_ms(idle_timeout);
+  res.response_timeout = to_ms(response_timeout);
+  res.max_connections = max_connections;
+  res.shutdown_grace = to_ms(shutdown_grace);
+  return res;
+}
+
+std::optional<webhook_options>
+node_config::webhook_opts(const env_lookup& env, std::string& error) const {
+  webhook_options res;
+  route_defaults defaults;
+  defaults.ttl_ms = to_ms(ttl).count();
+  defaults.body_limit = body_limit;
+  defaults.default_upstream = upstream;
+  auto section = caf::get_if<caf::settings>(&content, "route");
+  auto routes = make_routes(section ? &*section : nullptr, defaults, env,
+                            error);
+  if (!routes)
+    return std::nullopt;
+  res.routes = std::move(*routes);
+  res.admin.token = admin_token;
+  res.decision_cache = decision_cache;
+  res.decision_cache_bytes = decision_cache_bytes;
+  if (!admin_token_env.empty()) {
+    auto val = env(admin_token_env);
+    if (!val || val->empty()) {
+      error = "admin.token-env: environment variable " + admin_token_env
+              + " is not set";
+      return std::nullopt;
+    }
+    res.admin.token = *val;
+  }
+  if (!admin_token_file.empty()) {
+    std::ifstream in{admin_token_file};
+    std::string tok;
+    if (!in || !std::getline(in, tok) || tok.empty()) {
+      error = "admin.token-file: cannot read a token from "
+              + admin_token_file;
+      return std::nullopt;
+    }
+    res.admin.token = tok;
+  }
+  res.admin.loopback_listener = http_host == "localhost"
+                                || http_host.rfind("127.", 0) == 0
+                                || http_host == "::1";
+  return res;
+}
+
+namespace {
+
+// How long the senders of signed routes retry a delivery, from their docs:
+// Standard Webhooks / Svix about 27.5 h (attempts up to 10 h apart);
+// GitHub lets a delivery be redelivered for 3 days.
+int64_t retry_horizon_ms(auth_mode mode) {
+  constexpr int64_t hour = 3600 * 1000;
+  switch (mode) {
+    case auth_mode::standard_webhooks:
+      return 28 * hour;
+    case auth_mode::github:
+      return 72 * hour;
+    default:
+      return 0;
+  }
+}
+
+std::string human_ms(int64_t ms) {
+  if (ms % (3600 * 1000) == 0)
+    return std::to_string(ms / (3600 * 1000)) + "h";
+  if (ms % 1000 == 0)
+    return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+} // namespace
+
+std::string
+node_config::check_route_ttls(const webhook_options& web,
+                              std::vector<std::string>& warnings) const {
+  auto http_ms = to_ms(response_timeout).count();
+  for (auto& r : web.routes.routes) {
+    auto prefix = "route." + r.name + ".ttl (" + human_ms(r.ttl_ms) + ")";
+    // Without an upstream the record is completed by its claim: nothing
+    // runs that the TTL could cut short.
+    if (r.upstream && r.ttl_ms <= http_ms)
+      return prefix + " must exceed http.response-timeout ("
+             + human_ms(http_ms)
+             + "): a record could expire while its request still runs";
+    if (r.upstream) {
+      auto work = r.upstream->connect_timeout.count()
+                  + r.upstream->response_timeout.count();
+      if (r.ttl_ms <= work)
+        return prefix + " must exceed the upstream's connect + response "
+               "timeouts (" + human_ms(work)
+               + "): a record could expire while its forward still runs";
+    }
+    if (auto horizon = retry_horizon_ms(r.auth); r.ttl_ms < horizon)
+      warnings.push_back(
+        prefix + " is shorter than the " + to_string(r.auth)
+        + " sender's retry horizon (about " + human_ms(horizon)
+        + "): a retry after the TTL executes again; see docs/operations.md");
+  }
+  return {};
+}
+
+int64_t node_config::in_flight_deadline_ms(const webhook_options& web) const {
+  if (in_flight_deadline > caf::timespan::zero())
+    return to_ms(in_flight_deadline).count();
+  int64_t work = to_ms(response_timeout).count();
+  for (auto& r : web.routes.routes)
+    if (r.upstream)
+      work = std::max<int64_t>(work, r.upstream->connect_timeout.count()
+                                       + r.upstream->response_timeout.count());
+  return work + 10'000;
+}
+
+gateway_actor_options node_config::gateway_opts() const {
+  gateway_actor_options res;
+  res.actors = gateway_actors;
+  res.leader_wait = leader_wait;
+  res.max_background = max_background;
+  res.max_background_bytes = max_background_bytes;
+  return res;
+}
+
+std::optional<cluster::cluster_options>
+node_config::cluster_opts(std::string& error) const {
+  cluster::cluster_options res;
+  res.id = cluster_id;
+  for (auto& text : cluster_peers) {
+    auto p = cluster::parse_peer(text, error);
+    if (!error.empty()) {
+      error = "cluster.peers: " + error;
+      return std::nullopt;
+    }
+    for (auto& other : res.peers)
+      if (other.id == p.id) {
+        error = "cluster.peers: id " + std::to_string(p.id) + " twice";
+        return std::nullopt;
+      }
+    res.peers.push_back(std::move(p));
+  }
+  if (std::none_of(res.peers.begin(), res.peers.end(),
+                   [&](const cluster::peer& p) { return p.id == res.id; })) {
+    error = "cluster.id " + std::to_string(res.id)
+            + " is not among cluster.peers";
+    return std::nullopt;
+  }
+  res.join = cluster_join;
+  for (auto id : cluster_initial) {
+    if (std::none_of(res.peers.begin(), res.peers.end(),
+                     [&](const cluster::peer& p) { return p.id == id; })) {
+      error = "cluster.initial: id " + std::to_string(id)
+              + " is not among cluster.peers";
+      return std::nullopt;
+    }
+    res.initial.push_back(id);
+  }
+  res.raft.election_timeout_ms = static_cast<uint32_t>(
+    to_ms(election_timeout).count());
+  res.raft.heartbeat_timeout_ms = static_cast<uint32_t>(
+    to_ms(heartbeat_timeout).count());
+  res.raft.snapshot_threshold = static_cast<uint32_t>(snapshot_threshold);
+  res.raft.snapshot_trailing = static_cast<uint32_t>(snapshot_trailing);
+  res.store.max_batch = static_cast<uint32_t>(max_batch);
+  res.store.max_pending = static_cast<uint32_t>(max_pending);
+  res.store.max_pending_bytes = max_pending_bytes;
+  res.store.max_entry_bytes = max_entry_bytes;
+  res.raft.max_log_bytes = max_log_bytes;
+  res.store.max_outstanding = static_cast<uint32_t>(max_outstanding);
+  res.remote_timeout = remote_timeout;
+  return res;
+}
+
+} // namespace oncegate::gateway

@@ -1,0 +1,146 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system_config.hpp>
+
+#include "actors/node.hpp"
+#include "common/logging.hpp"
+#include "routing/gateway_actor.hpp"
+#include "http/http_server.hpp"
+#include "api/routes.hpp"
+#include "api/webhook_handler.hpp"
+
+namespace oncegate::gateway {
+
+/// The node's configuration: CAF's config system, so every option can be
+/// set in the INI file (`--config-file=FILE`) and overridden on the command
+/// line. Node basics are top-level flags (`--http-port=8080`), tuning lives
+/// in groups (`--keys.ttl=72h`, `[keys]` in the INI file).
+class node_config : public caf::actor_system_config {
+public:
+  node_config();
+
+  /// Checks values that CAF's types cannot express (ranges, non-empty).
+  /// Returns an error message naming the option, or an empty string.
+  std::string validate() const;
+
+  /// The first key of the config file that names no option (e.g. a typo,
+  /// `[keys] ttll=1h`), as `group.key`; empty when there is none.
+  std::string unknown_option() const;
+
+  /// Every option this node accepts (CAF's own included).
+  const caf::config_option_set& options() const {
+    return custom_options_;
+  }
+
+  node_options node_opts() const;
+  log::log_options log_opts() const;
+  http_server_options http_opts() const;
+  gateway_actor_options gateway_opts() const;
+
+  /// True when `cluster.id` is set: the node runs Raft with `cluster.peers`.
+  bool clustered() const {
+    return cluster_id != 0;
+  }
+
+  /// The cluster part of the configuration; nothing (with `error` naming
+  /// the key) when a peer does not parse or this node is not among them.
+  std::optional<cluster::cluster_options>
+  cluster_opts(std::string& error) const;
+
+  /// Routes (`[route.NAME]` sections) and admin access; resolves secrets
+  /// from the environment and files. Nothing, with `error` naming the key,
+  /// when a route or secret is invalid.
+  std::optional<webhook_options> webhook_opts(const env_lookup& env,
+                                              std::string& error) const;
+
+  /// Checks each route's TTL against the work it bounds: a TTL shorter
+  /// than the upstream's connect + response timeouts, or than
+  /// `http.response-timeout`, could expire a record while its first request
+  /// still runs. Returns an error naming the route, or an empty string.
+  /// Shorter-than-advised TTLs of signed routes (the sender retries for
+  /// longer) are added to `warnings`.
+  std::string check_route_ttls(const webhook_options& web,
+                               std::vector<std::string>& warnings) const;
+
+  /// How long after its claim an in-flight record has outlived every
+  /// forward: `keys.in-flight-deadline`, or (0) the longest upstream
+  /// connect + response timeout (at least `http.response-timeout`) plus a
+  /// margin for the commits around it.
+  int64_t in_flight_deadline_ms(const webhook_options& web) const;
+
+  // Top-level options.
+  std::string http_host = "127.0.0.1";
+  uint16_t http_port = 8080;
+  std::string data_dir = "./data";
+  std::string log_level = "info";
+  std::string log_levels;
+  std::string log_format = "text";
+  std::string log_file;
+  size_t log_file_size = 64 * 1024 * 1024;
+  size_t log_file_count = 5;
+  size_t http_threads = 1;
+  std::string upstream;
+  bool version = false;
+  std::string backup_to;
+
+  // [http]
+  size_t body_limit = 64 * 1024;
+  size_t header_limit = 16 * 1024;
+  caf::timespan header_timeout = std::chrono::seconds(5);
+  caf::timespan body_timeout = std::chrono::seconds(5);
+  caf::timespan idle_timeout = std::chrono::seconds(60);
+  caf::timespan response_timeout = std::chrono::seconds(10);
+  size_t max_connections = 10000;
+  caf::timespan shutdown_grace = std::chrono::seconds(10);
+
+  // [keys]
+  caf::timespan ttl = std::chrono::hours(24);
+  caf::timespan key_idle_timeout = std::chrono::seconds(30);
+  size_t max_live_keys = 1'000'000;
+  size_t registry_shards = 1;
+  size_t gateway_actors = 1;
+  size_t decision_cache = 100'000;
+  size_t decision_cache_bytes = 64 * 1024 * 1024;
+  size_t key_cache_bytes = 4096;
+  caf::timespan in_flight_deadline = caf::timespan::zero();
+
+  // [store]
+  size_t max_batch = 1024;
+  size_t max_pending = 65536;
+  uint64_t max_pending_bytes = 64 * 1024 * 1024;
+  size_t checkpoint_pages = 4000;
+  size_t max_pages = 0;
+  bool store_on_scheduler = false;
+
+  // [admin]
+  std::string admin_token;
+  std::string admin_token_env;
+  std::string admin_token_file;
+
+  // [cluster]
+  size_t cluster_id = 0;
+  std::vector<std::string> cluster_peers;
+  bool cluster_join = false;
+  std::vector<size_t> cluster_initial;
+  caf::timespan election_timeout = std::chrono::milliseconds(500);
+  caf::timespan heartbeat_timeout = std::chrono::milliseconds(50);
+  size_t snapshot_threshold = 100'000;
+  size_t snapshot_trailing = 8192;
+  caf::timespan remote_timeout = std::chrono::seconds(1);
+  caf::timespan leader_wait = std::chrono::seconds(3);
+  size_t max_background = 10'000;
+  uint64_t max_entry_bytes = 1024 * 1024;
+  uint64_t max_log_bytes = 128 * 1024 * 1024;
+  size_t max_background_bytes = 16 * 1024 * 1024;
+  size_t max_outstanding = 4;
+
+  // [alarm]
+  size_t purge_chunk = 250;
+  caf::timespan alarm_max_interval = std::chrono::seconds(60);
+};
+
+} // namespace oncegate::gateway

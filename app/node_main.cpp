@@ -1,0 +1,399 @@
+#include "app/node_main.hpp"
+
+#include <csignal>
+#include <malloc.h>
+#include <sys/stat.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+#include <thread>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+
+#include "actors/node.hpp"
+#include "routing/cluster_node.hpp"
+#include "common/errc.hpp"
+#include "common/logging.hpp"
+#include "routing/gateway_actor.hpp"
+#include "http/http_server.hpp"
+#include "app/node_config.hpp"
+#include "api/webhook_handler.hpp"
+
+namespace oncegate::gateway {
+
+namespace {
+
+// Where replicated releases drop cached decisions: the handler, once it
+// exists (the Raft thread starts applying before it does).
+struct release_sink {
+  std::mutex mtx;
+  webhook_handler* handler = nullptr;
+
+  void apply(const std::vector<persistence::command>& cmds) {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (handler == nullptr)
+      return;
+    for (auto& cmd : cmds)
+      if (cmd.type == persistence::command::kind::update
+          && (cmd.update.op == transition::release
+              || cmd.update.op == transition::release_settled))
+        handler->forget_cached(cmd.update.route, cmd.update.key);
+  }
+
+  void attach(webhook_handler* h) {
+    std::lock_guard<std::mutex> guard{mtx};
+    handler = h;
+  }
+};
+
+// CAF reports a bad value in the config file by line and column only:
+// quote that line, which names the option.
+std::string config_file_context(const node_config& cfg,
+                                 const std::string& rendered) {
+  auto pos = rendered.find("\"line\" = ");
+  if (pos == std::string::npos || cfg.config_file_path.empty())
+    return {};
+  auto line_no = std::atoi(rendered.c_str() + pos + 9);
+  std::ifstream in{cfg.config_file_path};
+  std::string line;
+  for (int i = 1; i <= line_no && std::getline(in, line); ++i)
+    if (i == line_no) {
+      // Never echo a secret: name the key, not its value.
+      if (line.find("token") != std::string::npos
+          || line.find("secret") != std::string::npos)
+        line = line.substr(0, line.find('=')) + "= ***";
+      return " in " + cfg.config_file_path + " line "
+             + std::to_string(line_no) + ": `" + line + "`";
+    }
+  return {};
+}
+
+// `--check-config FILE` (or `--check-config=FILE`): the same as
+// `--config-file=FILE` plus the check mode. Other arguments are kept.
+std::vector<std::string> expand_check_config(int argc, char** argv,
+                                             bool& check) {
+  std::vector<std::string> args{argv, argv + argc};
+  for (size_t i = 1; i < args.size(); ++i) {
+    // CAF's own `--dump-config` prints secrets in clear: it means the
+    // check mode here, which masks them.
+    if (args[i] == "--dump-config") {
+      check = true;
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+      --i;
+      continue;
+    }
+    if (args[i] == "--check-config" && i + 1 < args.size()
+        && args[i + 1].rfind("--", 0) != 0) {
+      check = true;
+      args[i] = "--config-file=" + args[i + 1];
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    } else if (args[i].rfind("--check-config=", 0) == 0) {
+      check = true;
+      args[i] = "--config-file=" + args[i].substr(15);
+    }
+  }
+  return args;
+}
+
+// The printed form of `value`; a secret (`admin.token`, a route's
+// `secret`) is masked unless it is empty.
+std::string printable(const std::string& name, const caf::config_value& value) {
+  auto last = name.substr(name.rfind('.') + 1);
+  auto text = caf::to_string(value);
+  if ((last == "token" || last == "secret") && text != "\"\"")
+    return "***";
+  return text;
+}
+
+// Prints every option with its effective value (default or set) as
+// `group.key=value`, secrets masked; then what else the file set (routes).
+void print_effective(const node_config& cfg) {
+  for (auto& opt : cfg.options()) {
+    auto value = opt.get();
+    if (!value)
+      continue;
+    auto text = [](caf::string_view x) {
+      return std::string{x.data(), x.size()};
+    };
+    auto name = text(opt.category()) == "global"
+                  ? text(opt.long_name())
+                  : text(opt.category()) + "." + text(opt.long_name());
+    std::cout << name << '=' << printable(name, *value) << '\n';
+  }
+  if (auto routes = caf::get_if<caf::settings>(&cfg.content, "route"))
+    for (auto& [route, section] : *routes)
+      if (auto xs = caf::get_if<caf::settings>(&section))
+        for (auto& [key, value] : *xs) {
+          auto name = "route." + route + "." + key;
+          std::cout << name << '=' << printable(name, value) << '\n';
+        }
+}
+
+// `--help`: every option with its type, default and meaning, by group.
+void print_help(const node_config& cfg, const std::string& version) {
+  auto text = [](caf::string_view x) {
+    return std::string{x.data(), x.size()};
+  };
+  std::cout << "oncegate " << version
+            << ": webhook idempotency gateway (one node or a Raft cluster)\n\n"
+               "usage: oncegate [--config-file=FILE] [--OPTION=VALUE ...]\n"
+               "       oncegate --check-config FILE [--OPTION=VALUE ...]\n"
+               "       oncegate --data-dir=DIR --backup-to=FILE\n\n"
+               "Options (INI file: [group] key=value; command line wins):\n";
+  std::string group;
+  for (auto& opt : cfg.options()) {
+    auto category = text(opt.category());
+    if (category != group) {
+      group = category;
+      std::cout << '\n' << group << ":\n";
+    }
+    auto name = category == "global"
+                  ? text(opt.long_name())
+                  : category + "." + text(opt.long_name());
+    std::string def;
+    if (auto value = opt.get())
+      def = printable(name, *value);
+    std::cout << "  --" << name;
+    if (!opt.is_flag())
+      std::cout << "=<" << text(opt.type_name()) << '>';
+    if (!def.empty() && def != "\"\"" && def != "[]")
+      std::cout << "  (default: " << def << ')';
+    std::cout << "\n      " << text(opt.description()) << '\n';
+  }
+}
+
+// `--backup-to=FILE`: copies the database of `data-dir` (running node or
+// not) into FILE through a read-only connection.
+int backup(const node_config& cfg) {
+  auto opts = cfg.node_opts().store;
+  opts.path = (std::filesystem::path{cfg.data_dir} / "oncegate.db").string();
+  auto db = persistence::sqlite_store::open_reader(opts);
+  if (!db) {
+    std::cerr << "oncegate: backup failed: " << describe(db.error()) << '\n';
+    return 1;
+  }
+  // One read transaction for the numbers and the copy: the message
+  // describes exactly the moment the file holds, writers going on or not.
+  auto applied = (*db)->begin_read();
+  auto count = (*db)->count();
+  auto err = (*db)->backup_to(cfg.backup_to);
+  (*db)->rollback(); // ends the read transaction
+  if (err || !applied || !count) {
+    std::cerr << "oncegate: backup failed: "
+              << describe(err ? err : !applied ? applied.error()
+                                               : count.error())
+              << '\n';
+    return 1;
+  }
+  std::cout << "oncegate: backup of " << opts.path << " written to "
+            << cfg.backup_to << " (" << *count
+            << " records, applied index " << *applied
+            << ")\n";
+  return 0;
+}
+
+} // namespace
+
+int run_node(int argc, char** argv, const run_options& ro) {
+  // A peer that closes early must cost an error code, not the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  // Everything the node writes (database, WAL, Raft log, backups, log
+  // files) is for its owner only.
+  ::umask(077);
+  // Large buffers (signals, answers, snapshot images) go straight to mmap
+  // and back to the system when freed: glibc's default threshold grows
+  // with every freed large buffer until they stay in the heap, and the
+  // process keeps the peak of a flood for good.
+  ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  node_config cfg;
+  bool check = false;
+  auto args = expand_check_config(argc, argv, check);
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i] == "--help" || args[i] == "-h" || args[i] == "-?"
+        || args[i] == "--long-help") {
+      print_help(cfg, ro.version);
+      return 0;
+    }
+  std::vector<char*> arg_ptrs;
+  for (auto& arg : args)
+    arg_ptrs.push_back(arg.data());
+  if (auto err = cfg.parse(static_cast<int>(arg_ptrs.size()),
+                           arg_ptrs.data())) {
+    std::cerr << "oncegate: bad configuration: " << cfg.render(err)
+              << config_file_context(cfg, cfg.render(err)) << '\n';
+    return 2;
+  }
+  if (cfg.cli_helptext_printed)
+    return 0;
+  if (cfg.version) {
+    std::cout << "oncegate " << ro.version << '\n';
+    return 0;
+  }
+  if (auto problem = cfg.validate(); !problem.empty()) {
+    std::cerr << "oncegate: bad configuration: " << problem << '\n';
+    return 2;
+  }
+  std::string error;
+  auto web = cfg.webhook_opts(process_env, error);
+  if (!web) {
+    std::cerr << "oncegate: bad configuration: " << error << '\n';
+    return 2;
+  }
+  std::vector<std::string> warnings;
+  if (auto problem = cfg.check_route_ttls(*web, warnings); !problem.empty()) {
+    std::cerr << "oncegate: bad configuration: " << problem << '\n';
+    return 2;
+  }
+  auto in_flight_deadline = cfg.in_flight_deadline_ms(*web);
+  std::optional<cluster::cluster_options> copts;
+  if (cfg.clustered()) {
+    copts = cfg.cluster_opts(error);
+    if (!copts) {
+      std::cerr << "oncegate: bad configuration: " << error << '\n';
+      return 2;
+    }
+    copts->store.in_flight_deadline_ms = in_flight_deadline;
+  }
+  if (!cfg.backup_to.empty())
+    return backup(cfg);
+  if (check) {
+    // Everything that can be checked without starting: print the result.
+    std::cout << "# oncegate " << ro.version << ": configuration OK ("
+              << (cfg.config_file_path.empty() ? std::string{"no file"}
+                                               : cfg.config_file_path)
+              << ")\n";
+    for (auto& w : warnings)
+      std::cout << "# warning: " << w << '\n';
+    print_effective(cfg);
+    return 0;
+  }
+  if (copts) {
+    cfg.load<caf::io::middleman>();
+    // A hung peer (SIGSTOP, a frozen VM) is detected only with heartbeats.
+    cfg.set("middleman.heartbeat-interval",
+            caf::timespan{std::chrono::milliseconds(200)});
+    cfg.set("middleman.connection-timeout",
+            caf::timespan{std::chrono::seconds(1)});
+  }
+  if (auto problem = log::init(cfg.log_opts()); !problem.empty()) {
+    std::cerr << "oncegate: bad configuration: " << problem << '\n';
+    return 2;
+  }
+  for (auto& w : warnings)
+    log::gateway()->warn("config.warning {}", w);
+  caf::actor_system sys{cfg};
+  // One clock for the whole node (see `node_clock`).
+  auto node_time = std::make_shared<node_clock>();
+  auto clock = read_clock(node_time);
+  auto sink = std::make_shared<release_sink>();
+  std::optional<node> single;
+  std::unique_ptr<cluster::cluster_node> clustered;
+  std::unique_ptr<node_service> service;
+  if (copts) {
+    cluster::cluster_hooks hooks;
+    hooks.on_applied = [sink](const std::vector<persistence::command>& cmds,
+                              const std::vector<persistence::command_result>&) {
+      sink->apply(cmds);
+    };
+    auto nopts = cfg.node_opts();
+    if (ro.tweak)
+      ro.tweak(nopts, &*copts);
+    auto n = cluster::start_cluster_node(sys, std::move(nopts), *copts,
+                                         std::move(hooks), clock);
+    if (!n) {
+      log::store()->critical("node.start_failed error={}",
+                             sys.render(n.error()));
+      return 1;
+    }
+    clustered = std::move(*n);
+    service = make_cluster_gateway_service(sys, *clustered,
+                                                    cfg.gateway_opts());
+  } else {
+    auto nopts = cfg.node_opts();
+    nopts.store_actor.in_flight_deadline_ms = in_flight_deadline;
+    nopts.on_store_clock = [node_time](int64_t store_clock) {
+      if (store_clock > node_time->now())
+        log::store()->warn("clock.behind_store by_ms={} (the clock was set "
+                           "back; time runs on from the store's)",
+                           store_clock - node_time->now());
+      node_time->raise(store_clock);
+    };
+    if (ro.tweak)
+      ro.tweak(nopts, nullptr);
+    auto n = start_node(sys, std::move(nopts), clock);
+    if (!n) {
+      log::store()->critical("node.start_failed error={}",
+                             sys.render(n.error()));
+      return 1;
+    }
+    single = std::move(*n);
+    service = make_gateway_service(sys, *single, cfg.gateway_opts());
+  }
+  auto exit_code = 0;
+  {
+    auto hopts = cfg.http_opts();
+    // Descriptors besides the listener's connections: SQLite, Raft, logs
+    // (about 15 measured) and every upstream pool's connections.
+    for (auto& r : web->routes.routes)
+      if (r.upstream)
+        hopts.fd_reserve += r.upstream->max_connections;
+    webhook_handler handler{std::move(*web), *service, clock, wall_clock_ms};
+    sink->attach(&handler);
+    auto server = http_server::listen(hopts, handler, error);
+    if (!server) {
+      log::gateway()->critical("node.listen_failed error={}", error);
+      exit_code = 1;
+    } else {
+      log::gateway()->info("node.ready http={}:{} data_dir={}", cfg.http_host,
+                           server->port(), cfg.data_dir);
+      // One machine-readable line on stdout for scripts and tests.
+      std::cout << "oncegate ready http=" << cfg.http_host << ':'
+                << server->port() << std::endl;
+      server->run(true);
+      // Forwards answered 202 (`respond-after`) may still run: record their
+      // outcomes before the actors stop, bounded by the shutdown grace (a
+      // forward ends within its upstream timeouts).
+      if (auto n = handler.forwards_in_flight(); n > 0) {
+        log::gateway()->info("node.waiting_for_forwards count={}", n);
+        auto left = handler.wait_for_forwards(hopts.shutdown_grace);
+        if (left > 0)
+          log::gateway()->warn("node.forwards_abandoned count={} (in doubt "
+                               "at the next start)",
+                               left);
+        else
+          log::gateway()->info("node.forwards_recorded");
+      }
+    }
+    sink->attach(nullptr);
+  }
+  // Every HTTP request is answered; now stop the actors. The store commits
+  // what it holds before it exits, and the actor system waits for it.
+  service.reset();
+  if (single)
+    single->shutdown();
+  if (clustered)
+    clustered->shutdown();
+  log::gateway()->info("node.stopped");
+  // What remains is the actor system's teardown. Everything acknowledged is
+  // durable by now; should the teardown hang (it did once, right after an
+  // election, and could not be reproduced), exit anyway.
+  std::thread{[exit_code, grace = cfg.shutdown_grace] {
+    std::this_thread::sleep_for(grace);
+    log::gateway()->critical("node.exit_forced after={}ms",
+                             std::chrono::duration_cast<
+                               std::chrono::milliseconds>(grace)
+                               .count());
+    std::_Exit(exit_code);
+  }}.detach();
+  return exit_code;
+}
+
+} // namespace oncegate::gateway

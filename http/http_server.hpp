@@ -1,0 +1,100 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "http/http_types.hpp"
+
+namespace oncegate::gateway {
+
+/// Limits and addresses of the HTTP listener. Every limit is explicit.
+struct http_server_options {
+  std::string host = "127.0.0.1";
+  /// 0 picks a free port (see `http_server::port`).
+  uint16_t port = 8080;
+  /// Threads running the asio event loop.
+  unsigned threads = 1;
+  /// Largest request body, also when chunked; beyond: 413 and close.
+  std::size_t body_limit = 64 * 1024;
+  /// Largest request header block; beyond: 431 and close.
+  std::size_t header_limit = 16 * 1024;
+  /// From the first byte of a request to its last header byte; beyond: 408.
+  std::chrono::milliseconds header_timeout{5000};
+  /// From the end of the headers to the end of the body; beyond: 408.
+  std::chrono::milliseconds body_timeout{5000};
+  /// Keep-alive connection with no request for this long is closed.
+  std::chrono::milliseconds idle_timeout{60000};
+  /// From a complete request to its response being written; beyond: 503.
+  std::chrono::milliseconds response_timeout{10000};
+  /// Open connections at most; beyond, new ones get 503 and are closed.
+  /// `listen` lowers it when the descriptor limit cannot fit it (see
+  /// `fd_reserve`).
+  std::size_t max_connections = 10000;
+  /// Descriptors kept for everything but client connections (SQLite files,
+  /// logs, Raft, upstream pools: add each upstream's connection cap). At
+  /// `listen`, a soft RLIMIT_NOFILE below `max_connections + fd_reserve` is
+  /// raised up to the hard limit; if that is still too small, the
+  /// connection cap is lowered to fit, with a warning.
+  std::size_t fd_reserve = 64;
+  /// Longest wait for in-flight requests on shutdown.
+  std::chrono::milliseconds shutdown_grace{10000};
+};
+
+/// An asynchronous HTTP/1.1 server (Boost.Beast). It never blocks its
+/// threads: each complete request goes to the handler, whose answer is
+/// posted back onto the connection's strand.
+class http_server {
+public:
+  /// Binds and listens. On failure returns null and sets `error`.
+  static std::unique_ptr<http_server> listen(const http_server_options& opts,
+                                             request_handler& handler,
+                                             std::string& error);
+
+  ~http_server();
+
+  /// The bound port.
+  uint16_t port() const;
+
+  /// The effective connection cap (`max_connections`, or less when the
+  /// descriptor limit could not fit it).
+  std::size_t max_connections() const;
+
+  /// Serves until `stop` (or SIGINT/SIGTERM when `handle_signals`), using
+  /// `threads` threads including the caller; returns once every connection
+  /// closed or the shutdown grace ran out.
+  void run(bool handle_signals);
+
+  /// Stops accepting, lets in-flight requests finish, closes idle
+  /// connections. Thread-safe, idempotent.
+  void stop();
+
+  /// @private: shared with the connection sessions of the implementation.
+  struct impl;
+
+private:
+  explicit http_server(std::shared_ptr<impl> ptr);
+  std::shared_ptr<impl> impl_;
+};
+
+/// Transport events of every server in the process, for `/metrics`.
+struct http_transport_counters {
+  /// Requests answered 500 because the handler threw or its answer could
+  /// not be serialised (a bug: see `http.internal_error` in the log).
+  uint64_t internal_errors = 0;
+  /// Failed `accept` calls (out of descriptors and similar).
+  uint64_t accept_errors = 0;
+};
+
+/// Returns the current counts.
+http_transport_counters transport_counters();
+
+/// The connection cap that fits `nofile` descriptors: `wanted` when
+/// `wanted + reserve` fit, else what the reserve leaves, else (not even the
+/// reserve fits) half of them, at least one.
+std::size_t fitting_connections(std::size_t wanted, std::size_t reserve,
+                                std::uint64_t nofile);
+
+} // namespace oncegate::gateway

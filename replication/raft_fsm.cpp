@@ -1,0 +1,231 @@
+#include "replication/raft_fsm.hpp"
+
+#include <cstring>
+
+// libraft 0.15's headers lack extern "C" guards.
+extern "C" {
+#include <raft.h>
+}
+
+#include "common/errc.hpp"
+#include "common/logging.hpp"
+
+namespace oncegate::cluster {
+
+raft_fsm_adapter::raft_fsm_adapter(persistence::sqlite_store& db,
+                                   bool async_snapshots)
+  : db_(db), fsm_(std::make_unique<raft_fsm>()) {
+  *fsm_ = raft_fsm{};
+  fsm_->version = async_snapshots ? 3 : 2;
+  fsm_->data = this;
+  fsm_->apply = &raft_fsm_adapter::apply;
+  fsm_->snapshot = &raft_fsm_adapter::snapshot;
+  fsm_->restore = &raft_fsm_adapter::restore;
+  fsm_->snapshot_finalize = &raft_fsm_adapter::snapshot_finalize;
+  if (async_snapshots)
+    fsm_->snapshot_async = &raft_fsm_adapter::snapshot_async;
+}
+
+raft_fsm_adapter::~raft_fsm_adapter() {
+  // nop
+}
+
+raft_fsm* raft_fsm_adapter::fsm() {
+  return fsm_.get();
+}
+
+void raft_fsm_adapter::attach(::raft* r) {
+  raft_ = r;
+}
+
+void raft_fsm_adapter::on_applied(applied_hook fn) {
+  on_applied_ = std::move(fn);
+}
+
+void raft_fsm_adapter::on_restored(std::function<void()> fn) {
+  on_restored_ = std::move(fn);
+}
+
+void raft_fsm_adapter::bound_log(uint64_t max_bytes, unsigned threshold,
+                                 unsigned trailing) {
+  max_log_bytes_ = max_bytes;
+  threshold_ = std::max(threshold, 1u);
+  trailing_ = trailing;
+}
+
+void raft_fsm_adapter::adjust_log_bounds() {
+  if (max_log_bytes_ == 0 || raft_ == nullptr)
+    return;
+  if (!lowered_ && log_bytes_ >= max_log_bytes_ / 4 * 3) {
+    // Snapshot now: libraft takes one once the entries applied since the
+    // last reach the threshold, checked after each apply.
+    raft_set_snapshot_threshold(raft_, static_cast<unsigned>(
+                                         std::max<uint64_t>(entries_, 1)));
+    lowered_ = true;
+    log::cluster()->info("fsm.log_bytes_bound bytes={} entries={}",
+                         log_bytes_, entries_);
+  }
+  if (avg_entry_ > 0) {
+    auto fits = static_cast<double>(max_log_bytes_ / 4) / avg_entry_;
+    auto trailing = static_cast<unsigned>(
+      std::clamp(fits, 1.0, static_cast<double>(std::max(trailing_, 1u))));
+    raft_set_snapshot_trailing(raft_, trailing);
+  }
+}
+
+int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
+                            void** result) {
+  auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  *result = nullptr;
+  self->log_bytes_ += buf->len;
+  ++self->entries_;
+  self->avg_entry_ = self->avg_entry_ == 0
+                       ? static_cast<double>(buf->len)
+                       : 0.99 * self->avg_entry_ + 0.01 * buf->len;
+  self->adjust_log_bounds();
+  // Inside apply, the entry's index is the last applied one plus one.
+  auto index = static_cast<uint64_t>(raft_last_applied(self->raft_)) + 1;
+  std::string_view entry{static_cast<const char*>(buf->base), buf->len};
+  auto batch = persistence::decode_batch(entry);
+  if (!batch) {
+    ++self->failures_;
+    log::cluster()->error("fsm.bad_entry index={} error={}", index,
+                          describe(batch.error()));
+    return 0; // every replica skips the same bad entry
+  }
+  auto res = persistence::apply_batch(self->db_, index, *batch);
+  if (!res) {
+    ++self->failures_;
+    log::cluster()->critical("fsm.apply_failed index={} error={}", index,
+                             describe(res.error()));
+    return RAFT_IOERR;
+  }
+  if (self->on_applied_ && !res->empty())
+    self->on_applied_(*batch, *res);
+  self->results_ = std::move(*res);
+  *result = &self->results_;
+  return 0;
+}
+
+// libraft takes a snapshot at `raft_last_applied`, which the writer has
+// committed: a read transaction begun now sees exactly that state. Failures
+// answer RAFT_BUSY, which libraft retries after the next entry; any other
+// error would stop the node.
+int raft_fsm_adapter::snapshot(::raft_fsm* fsm, ::raft_buffer* bufs[],
+                               unsigned* n) {
+  auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  *bufs = nullptr;
+  *n = 0;
+  auto index = raft_last_applied(self->raft_);
+  if (!self->snapshot_db_) {
+    auto db = persistence::sqlite_store::open_reader(self->db_.options());
+    if (!db) {
+      log::cluster()->error("fsm.snapshot_failed index={} error={}", index,
+                            describe(db.error()));
+      return RAFT_BUSY;
+    }
+    self->snapshot_db_ = std::move(*db);
+  }
+  auto applied = self->snapshot_db_->begin_read();
+  if (!applied) {
+    log::cluster()->error("fsm.snapshot_failed index={} error={}", index,
+                          describe(applied.error()));
+    return RAFT_BUSY;
+  }
+  self->pinned_ = true;
+  // The database numbers command entries only: barriers and configuration
+  // changes after the last command leave it behind libraft's index.
+  log::cluster()->debug("fsm.snapshot index={} applied_index={}", index,
+                        *applied);
+  if (self->fsm_->snapshot_async != nullptr)
+    return 0; // copied by snapshot_async
+  return self->copy_pinned(bufs, n) ? 0 : RAFT_BUSY;
+}
+
+int raft_fsm_adapter::snapshot_async(::raft_fsm* fsm, ::raft_buffer* bufs[],
+                                     unsigned* n) {
+  auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  return self->copy_pinned(bufs, n) ? 0 : RAFT_IOERR;
+}
+
+bool raft_fsm_adapter::copy_pinned(::raft_buffer* bufs[], unsigned* n) {
+  // Straight into libraft's buffer: the database is in memory twice at the
+  // peak (SQLite's serialisation and this copy), once afterwards.
+  void* base = nullptr;
+  auto size = snapshot_db_->snapshot_image([&base](std::size_t n) {
+    base = raft_malloc(n > 0 ? n : 1);
+    return base;
+  });
+  snapshot_db_->rollback();
+  pinned_ = false;
+  if (!size) {
+    raft_free(base);
+    log::cluster()->error("fsm.snapshot_failed error={}",
+                          describe(size.error()));
+    return false;
+  }
+  auto array = static_cast<::raft_buffer*>(raft_malloc(sizeof(::raft_buffer)));
+  if (array == nullptr) {
+    raft_free(base);
+    log::cluster()->error("fsm.snapshot_failed error=out_of_memory");
+    return false;
+  }
+  array[0].base = base;
+  array[0].len = *size;
+  *bufs = array;
+  *n = 1;
+  return true;
+}
+
+// Runs after every snapshot that `snapshot` began, on the loop thread: the
+// buffers are ours to free (version 2 and later).
+int raft_fsm_adapter::snapshot_finalize(::raft_fsm* fsm, ::raft_buffer* bufs[],
+                                        unsigned* n) {
+  auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  if (self->pinned_) { // libraft gave up before the copy ran
+    self->snapshot_db_->rollback();
+    self->pinned_ = false;
+  }
+  if (*bufs != nullptr) {
+    ++self->snapshots_;
+    // The log now holds the trailing entries only.
+    auto kept = std::min<uint64_t>(self->entries_,
+                                   self->raft_->snapshot.trailing);
+    self->entries_ = 0;
+    self->log_bytes_ = static_cast<uint64_t>(self->avg_entry_
+                                             * static_cast<double>(kept));
+    if (self->lowered_) {
+      raft_set_snapshot_threshold(self->raft_, self->threshold_);
+      self->lowered_ = false;
+    }
+    log::cluster()->debug("fsm.snapshot_done bytes={}", (*bufs)[0].len);
+    for (unsigned i = 0; i < *n; ++i)
+      raft_free((*bufs)[i].base);
+    raft_free(*bufs);
+  }
+  *bufs = nullptr;
+  *n = 0;
+  return 0;
+}
+
+// On success the buffer is ours to free; on failure libraft frees it.
+int raft_fsm_adapter::restore(::raft_fsm* fsm, ::raft_buffer* buf) {
+  auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  std::string_view image{static_cast<const char*>(buf->base), buf->len};
+  if (auto err = self->db_.restore_image(image)) {
+    ++self->failures_;
+    log::cluster()->critical("fsm.restore_failed bytes={} error={}",
+                             buf->len, describe(err));
+    return RAFT_IOERR;
+  }
+  raft_free(buf->base);
+  ++self->restores_;
+  auto applied = self->db_.applied_index();
+  log::cluster()->info("fsm.restored bytes={} applied_index={}", image.size(),
+                       applied ? *applied : 0);
+  if (self->on_restored_)
+    self->on_restored_();
+  return 0;
+}
+
+} // namespace oncegate::cluster

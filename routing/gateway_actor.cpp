@@ -1,0 +1,585 @@
+#include "routing/gateway_actor.hpp"
+
+#include <mutex>
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/sec.hpp>
+
+#include "common/logging.hpp"
+#include "common/mutant.hpp"
+
+namespace oncegate::gateway {
+
+namespace {
+
+// A unit of work handed over by an asio thread: runs inside the gateway
+// actor. Local only (it carries callbacks).
+struct gateway_job {
+  std::function<void(caf::event_based_actor*)> run;
+};
+
+} // namespace
+
+} // namespace oncegate::gateway
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(oncegate::gateway::gateway_job)
+
+namespace oncegate::gateway {
+
+namespace {
+
+template <class T>
+reply<T> failure(caf::actor_system& sys, const caf::error& err) {
+  reply<T> res;
+  res.error = errc_of(err);
+  if (err == caf::sec::request_timeout)
+    res.error = errc::timeout;
+  else if (res.error == errc::none)
+    res.error = errc::store_unavailable;
+  res.detail = sys.render(err);
+  return res;
+}
+
+// Requests `xs...` from `hdl` and maps the answer to a `reply<T>`.
+template <class T, class Handle, class Timeout, class... Ts>
+void ask(caf::event_based_actor* self, const Handle& hdl, Timeout timeout,
+         std::function<void(reply<T>)> done, Ts&&... xs) {
+  self->request(hdl, timeout, std::forward<Ts>(xs)...)
+    .then(
+      [done](T& value) {
+        reply<T> res;
+        res.ok = true;
+        res.value = std::move(value);
+        done(std::move(res));
+      },
+      [self, done](caf::error& err) {
+        done(failure<T>(self->system(), err));
+      });
+}
+
+// Where a cluster node sends requests: the local actors while it is the
+// ready leader, the leader's front actor otherwise.
+struct cluster_route {
+  std::shared_ptr<cluster::raft_node> raft;
+  caf::actor front;
+  std::shared_ptr<cluster::peer_links> links;
+  caf::timespan remote_timeout;
+  caf::timespan retry_interval;
+};
+
+// Whether another attempt may succeed where `err` failed, without any risk:
+// nothing happened, or the outcome is unknown and the retry carries the same
+// request id (a committed claim is then recognised as this request's own).
+bool retryable(const caf::error& err) {
+  if (err.category() == caf::atom("system"))
+    return true; // timeouts, unreachable peers, actors gone at a reset
+  auto code = errc_of(err);
+  return code == errc::not_leader || code == errc::leadership_lost
+         || code == errc::store_unavailable;
+}
+
+template <class T, class Local, class... Ts>
+void forward(caf::event_based_actor* self,
+             std::shared_ptr<const cluster_route> cr, Local local,
+             std::chrono::steady_clock::time_point until,
+             std::function<void(reply<T>)> done, std::tuple<Ts...> args,
+             uint32_t attempt = 0) {
+  auto again = [self, cr, local, until, done, args,
+                attempt](const caf::error& err) mutable {
+    if (std::chrono::steady_clock::now() >= until || !retryable(err)) {
+      auto res = failure<T>(self->system(), err);
+      if (retryable(err))
+        res.error = errc::not_leader; // still no leader: fail closed
+      done(std::move(res));
+      return;
+    }
+    if constexpr (std::is_same_v<T, claim_result>)
+      if (ONCEGATE_MUTANT("drop-request-id")) // mutant: a retry is a stranger
+        std::get<1>(args).request_id += 0x9e3779b97f4a7c15ull;
+    // Backs off (interval x 1, 2, 4, 8, then 8 again): a failover takes
+    // hundreds of milliseconds, and many requests may be waiting for it.
+    auto delay = cr->retry_interval * (1u << std::min(attempt, 3u));
+    self->delayed_send(self, delay,
+                       gateway_job{[cr, local, until, done, args, attempt](
+                                     caf::event_based_actor* self) mutable {
+                         forward<T>(self, cr, local, until, std::move(done),
+                                    std::move(args), attempt + 1);
+                       }});
+  };
+  auto status = cr->raft->brief();
+  caf::actor target;
+  uint64_t remote = 0;
+  if (status.leader_ready) {
+    target = local();
+  } else if (status.leader_id != 0 && status.leader_id != cr->raft->id()) {
+    remote = status.leader_id;
+    target = cr->links->get(self, remote);
+  }
+  if (!target) {
+    again(make_error(errc::not_leader, "no ready leader reachable"));
+    return;
+  }
+  std::apply(
+    [&](auto&... xs) {
+      self->request(target, cr->remote_timeout, xs...)
+        .then(
+          [done](T& value) {
+            reply<T> res;
+            res.ok = true;
+            res.value = std::move(value);
+            done(std::move(res));
+          },
+          [cr, remote, again](caf::error& err) mutable {
+            if (remote != 0 && err.category() == caf::atom("system"))
+              cr->links->drop(remote);
+            again(err);
+          });
+    },
+    args);
+}
+
+// Collects the counters of every actor; answers once all replied or failed.
+void gather_metrics(caf::event_based_actor* self, const node& n,
+                    caf::timespan timeout,
+                    std::function<void(node_metrics)> done) {
+  struct pending {
+    node_metrics result;
+    size_t open = 0;
+    std::function<void(node_metrics)> done;
+    void finish() {
+      if (--open == 0)
+        done(std::move(result));
+    }
+  };
+  auto st = std::make_shared<pending>();
+  st->done = std::move(done);
+  st->open = n.registries.size() + 2;
+  auto fail = [st](caf::error&) {
+    st->result.complete = false;
+    st->finish();
+  };
+  for (auto& shard : n.registries)
+    self->request(shard, timeout, stats_atom::value)
+      .then(
+        [st](const registry_stats& x) {
+          auto& r = st->result.registry;
+          r.live += x.live;
+          r.spawned += x.spawned;
+          r.passivated += x.passivated;
+          r.rejected += x.rejected;
+          st->finish();
+        },
+        fail);
+  self->request(n.store, timeout, stats_atom::value)
+    .then(
+      [st](persistence::store_stats& x) {
+        st->result.store = std::move(x);
+        st->finish();
+      },
+      fail);
+  self->request(n.alarm, timeout, stats_atom::value)
+    .then(
+      [st](const alarm_stats& x) {
+        st->result.alarm = x;
+        st->finish();
+      },
+      fail);
+}
+
+caf::behavior gateway_impl(caf::event_based_actor* self) {
+  return {
+    [self](gateway_job& job) { job.run(self); },
+  };
+}
+
+class gateway_service : public node_service {
+public:
+  gateway_service(caf::actor_system& sys, const node& n,
+                  gateway_actor_options opts,
+                  std::shared_ptr<const cluster_route> cluster = nullptr)
+    : node_(n), opts_(opts), cluster_(std::move(cluster)) {
+    for (size_t i = 0; i < std::max<size_t>(opts.actors, 1); ++i)
+      actors_.push_back(sys.spawn(gateway_impl));
+  }
+
+  ~gateway_service() override {
+    for (auto& hdl : actors_)
+      caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
+  }
+
+  void claim(claim_request req,
+             std::function<void(reply<claim_result>)> done) override {
+    if (cluster_) {
+      // Retries of this attempt (leader changes) carry the same id, so a
+      // claim that committed although its answer was lost is found as ours.
+      req.owner = cluster_->raft->id();
+      req.request_id = next_request_id_.fetch_add(1,
+                                                   std::memory_order_relaxed);
+    }
+    post([this, req = std::move(req),
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(req.route, req.key);
+      if (cluster_) {
+        auto hdl = caf::actor_cast<caf::actor>(shard);
+        // Giving up does not undo a claim that may still commit (its
+        // leader lost leadership with the entry in flight): release it,
+        // should it have committed, so that the sender's retry executes.
+        record_update undo;
+        undo.route = req.route;
+        undo.key = req.key;
+        undo.op = transition::release;
+        undo.request_id = req.request_id;
+        auto undo_for = std::chrono::milliseconds(
+          std::clamp<int64_t>(req.ttl_ms, 1000, 86'400'000));
+        auto on_reply = [this, done = std::move(done), hdl, undo,
+                         undo_for](reply<claim_result> rep) mutable {
+          if (!rep.ok) // cheap when nothing committed: one log entry
+            release_abandoned(hdl, std::move(undo), undo_for);
+          done(std::move(rep));
+        };
+        forward<claim_result>(self, cluster_, [hdl] { return hdl; },
+                              deadline(), std::move(on_reply),
+                              std::make_tuple(claim_atom::value,
+                                              std::move(req)));
+        return;
+      }
+      ask<claim_result>(self, shard, caf::infinite, std::move(done),
+                        claim_atom::value, std::move(req));
+    });
+  }
+
+  void update(record_update upd,
+              std::function<void(reply<update_result>)> done) override {
+    post([this, upd = std::move(upd),
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(upd.route, upd.key);
+      if (cluster_) {
+        auto hdl = caf::actor_cast<caf::actor>(shard);
+        // A transition that cannot reach a leader in time (a partition)
+        // must still land: the upstream's outcome is known here only.
+        // Keep trying in the background; the update names its record
+        // instance, so a late one cannot touch a successor.
+        auto on_reply = [this, done = std::move(done), hdl,
+                         again = upd](reply<update_result> rep) mutable {
+          if (!rep.ok && rep.error == errc::not_leader)
+            retry_update(hdl, std::move(again), std::chrono::hours(24));
+          done(std::move(rep));
+        };
+        forward<update_result>(self, cluster_, [hdl] { return hdl; },
+                               deadline(), std::move(on_reply),
+                               std::make_tuple(update_atom::value,
+                                               std::move(upd)));
+        return;
+      }
+      ask<update_result>(self, shard, caf::infinite, std::move(done),
+                         update_atom::value, std::move(upd));
+    });
+  }
+
+  void lookup(std::string route, std::string key,
+              std::function<void(reply<lookup_result>)> done) override {
+    post([this, route = std::move(route), key = std::move(key),
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(route, key);
+      if (cluster_) {
+        auto hdl = caf::actor_cast<caf::actor>(shard);
+        forward<lookup_result>(self, cluster_, [hdl] { return hdl; },
+                               deadline(), std::move(done),
+                               std::make_tuple(get_atom::value,
+                                               std::move(route),
+                                               std::move(key)));
+        return;
+      }
+      ask<lookup_result>(self, shard, caf::infinite, std::move(done),
+                         get_atom::value, std::move(route), std::move(key));
+    });
+  }
+
+  void list(std::string route, record_state state, std::string after,
+            uint32_t limit,
+            std::function<void(reply<record_page>)> done) override {
+    post([this, route = std::move(route), state, after = std::move(after),
+          limit,
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      if (cluster_) {
+        auto hdl = caf::actor_cast<caf::actor>(node_.store);
+        forward<record_page>(self, cluster_, [hdl] { return hdl; },
+                             deadline(), std::move(done),
+                             std::make_tuple(list_atom::value,
+                                             std::move(route), state,
+                                             std::move(after), limit));
+        return;
+      }
+      ask<record_page>(self, node_.store, caf::infinite, std::move(done),
+                       list_atom::value, std::move(route), state,
+                       std::move(after), limit);
+    });
+  }
+
+  void metrics(std::function<void(node_metrics)> done) override {
+    post([this, done = std::move(done)](caf::event_based_actor* self) {
+      auto info = cluster();
+      gather_metrics(self, node_, opts_.probe_timeout,
+                     [done, info](node_metrics m) {
+                       m.cluster = info;
+                       done(std::move(m));
+                     });
+    });
+  }
+
+  cluster_info cluster() const override {
+    cluster_info res;
+    if (!cluster_)
+      return res;
+    auto st = cluster_->raft->status();
+    res.enabled = true;
+    res.id = cluster_->raft->id();
+    res.role = to_string(st.role);
+    res.term = st.term;
+    res.leader_id = st.leader_id;
+    res.leader_address = st.leader_address;
+    res.leader_ready = st.leader_ready;
+    res.commit_index = st.commit_index;
+    res.applied_index = st.applied_index;
+    res.last_index = st.last_index;
+    {
+      std::lock_guard<std::mutex> guard{background_mtx_};
+      res.background_retries = background_;
+      res.background_bytes = background_bytes_;
+      res.background_dropped = background_dropped_;
+    }
+    res.leader_changes = st.leader_changes;
+    res.proposals_applied = st.proposals_applied;
+    res.proposals_failed = st.proposals_failed;
+    res.proposal_seconds_sum = st.proposal_seconds_sum;
+    for (auto& [m, role] : st.members)
+      res.members.push_back({m.id, m.address, cluster::raft_role_name(role)});
+    return res;
+  }
+
+  void change_cluster(cluster_op op, uint64_t id,
+                      std::function<void(reply<uint64_t>)> done) override {
+    if (!cluster_) {
+      node_service::change_cluster(op, id, std::move(done));
+      return;
+    }
+    auto front = cluster_->front;
+    auto local = [front] { return front; };
+    if (op == cluster_op::transfer) {
+      post([this, id, local, done = std::move(done)](
+             caf::event_based_actor* self) mutable {
+        forward<uint64_t>(self, cluster_, local, deadline(), std::move(done),
+                          std::make_tuple(transfer_atom::value, id));
+      });
+      return;
+    }
+    auto as_reply = [done = std::move(done)](reply<int32_t> rep) {
+      reply<uint64_t> res;
+      res.ok = rep.ok && rep.value == 0;
+      res.error = rep.error;
+      res.detail = rep.detail;
+      if (rep.ok && rep.value != 0) {
+        res.error = errc::invalid_argument;
+        res.detail = cluster::raft_error_text(rep.value);
+      }
+      done(std::move(res));
+    };
+    if (op == cluster_op::remove) {
+      post([this, id, local, as_reply](caf::event_based_actor* self) mutable {
+        forward<int32_t>(self, cluster_, local, deadline(),
+                         std::move(as_reply),
+                         std::make_tuple(remove_atom::value, id));
+      });
+      return;
+    }
+    auto p = cluster_->links->find(id);
+    if (p == nullptr) {
+      reply<int32_t> rep;
+      rep.error = errc::invalid_argument;
+      rep.detail = "node " + std::to_string(id) + " is not in cluster.peers";
+      as_reply(std::move(rep));
+      return;
+    }
+    auto address = p->raft_address;
+    post([this, id, address, local,
+          as_reply](caf::event_based_actor* self) mutable {
+      forward<int32_t>(self, cluster_, local, deadline(), std::move(as_reply),
+                       std::make_tuple(add_atom::value, id, address));
+    });
+  }
+
+  void ready(std::function<void(bool, std::string)> done) override {
+    post([this, done = std::move(done)](caf::event_based_actor* self) {
+      if (cluster_) {
+        // Ready: the ready leader, or a follower that reaches the leader's
+        // front and has applied everything it knows to be committed.
+        auto st = cluster_->raft->status();
+        if (st.leader_id == 0) {
+          done(false, "no raft leader");
+          return;
+        }
+        if (!st.leader_ready && st.leader_id == cluster_->raft->id()) {
+          done(false, "leader not ready (catching up)");
+          return;
+        }
+        if (st.applied_index < st.commit_index) {
+          done(false, "applying the committed log");
+          return;
+        }
+        if (!st.leader_ready && !cluster_->links->get(self, st.leader_id)) {
+          done(false, "connecting to the leader");
+          return;
+        }
+      }
+      self->request(node_.store, opts_.probe_timeout, next_atom::value)
+        .then([done](int64_t) { done(true, {}); },
+              [done](caf::error&) { done(false, "store not answering"); });
+    });
+  }
+
+private:
+  // Applies `upd` through a ready leader, retrying until one applied it or
+  // `keep_trying` passed.
+  void retry_update(caf::actor shard, record_update upd,
+                    caf::timespan keep_trying) {
+    auto cost = background_cost(upd);
+    if (!admit_background(cost, upd))
+      return;
+    post([this, shard, upd = std::move(upd), keep_trying,
+          cost](caf::event_based_actor* self) mutable {
+      auto key = upd.key;
+      auto done = [this, key, cost](reply<update_result> rep) {
+        settle_background(cost);
+        if (rep.ok)
+          log::gateway()->warn("update.applied_late key={}", key);
+        else
+          log::gateway()->error("update.unresolved key={} error={}", key,
+                                rep.detail);
+      };
+      forward<update_result>(self, cluster_, [shard] { return shard; },
+                             std::chrono::steady_clock::now() + keep_trying,
+                             std::move(done),
+                             std::make_tuple(update_atom::value,
+                                             std::move(upd)));
+    });
+  }
+
+  // Releases the record of an abandoned claim attempt if it committed
+  // (`request_id` must match), retrying until a ready leader applied it or
+  // `keep_trying` passed. Once a new leader's barrier committed, a claim
+  // entry it does not have can never commit, so a release it applies
+  // settles the question for good.
+  void release_abandoned(caf::actor shard, record_update undo,
+                         caf::timespan keep_trying) {
+    auto cost = background_cost(undo);
+    if (!admit_background(cost, undo))
+      return;
+    post([this, shard, undo = std::move(undo), keep_trying,
+          cost](caf::event_based_actor* self) mutable {
+      auto key = undo.key;
+      auto done = [this, key, cost](reply<update_result> rep) {
+        settle_background(cost);
+        if (rep.ok && rep.value.applied)
+          log::gateway()->warn("claim.abandoned_released key={}", key);
+        else if (!rep.ok)
+          log::gateway()->error("claim.abandoned_unresolved key={} error={}",
+                                key, rep.detail);
+      };
+      forward<update_result>(self, cluster_, [shard] { return shard; },
+                             std::chrono::steady_clock::now() + keep_trying,
+                             std::move(done),
+                             std::make_tuple(update_atom::value,
+                                             std::move(undo)));
+    });
+  }
+
+  static std::size_t background_cost(const record_update& upd) {
+    return 256 + upd.route.size() + upd.key.size() + upd.headers.size()
+           + upd.response.size();
+  }
+
+  // Takes a place for a background retry, or drops it (see
+  // `gateway_actor_options::max_background`).
+  bool admit_background(std::size_t cost, const record_update& upd) {
+    std::lock_guard<std::mutex> guard{background_mtx_};
+    if (background_ + 1 > opts_.max_background
+        || background_bytes_ + cost > opts_.max_background_bytes) {
+      ++background_dropped_;
+      log::gateway()->error("update.background_dropped route={} key={} "
+                            "op={} retries={} bytes={} (the record turns "
+                            "in_doubt at its deadline)",
+                            upd.route, upd.key, to_string(upd.op),
+                            background_, background_bytes_);
+      return false;
+    }
+    ++background_;
+    background_bytes_ += cost;
+    return true;
+  }
+
+  void settle_background(std::size_t cost) {
+    std::lock_guard<std::mutex> guard{background_mtx_};
+    --background_;
+    background_bytes_ -= cost;
+  }
+
+  std::chrono::steady_clock::time_point deadline() const {
+    return std::chrono::steady_clock::now() + opts_.leader_wait;
+  }
+
+  void post(std::function<void(caf::event_based_actor*)> fn) {
+    auto i = next_.fetch_add(1, std::memory_order_relaxed) % actors_.size();
+    caf::anon_send(actors_[i], gateway_job{std::move(fn)});
+  }
+
+  node node_;
+  gateway_actor_options opts_;
+  mutable std::mutex background_mtx_;
+  std::size_t background_ = 0;
+  std::size_t background_bytes_ = 0;
+  uint64_t background_dropped_ = 0;
+  std::shared_ptr<const cluster_route> cluster_;
+  /// Request ids: a random start (unique across restarts) counting up.
+  std::atomic<uint64_t> next_request_id_{random_start()};
+
+  static uint64_t random_start() {
+    std::random_device rd;
+    auto x = (uint64_t{rd()} << 32) ^ rd();
+    return x == 0 ? 1 : x;
+  }
+  std::vector<caf::actor> actors_;
+  std::atomic<size_t> next_{0};
+};
+
+} // namespace
+
+std::unique_ptr<node_service>
+make_gateway_service(caf::actor_system& sys, const node& n,
+                     gateway_actor_options opts) {
+  return std::make_unique<gateway_service>(sys, n, opts);
+}
+
+std::unique_ptr<node_service>
+make_cluster_gateway_service(caf::actor_system& sys,
+                             const cluster::cluster_node& n,
+                             gateway_actor_options opts) {
+  auto cr = std::make_shared<cluster_route>();
+  cr->raft = n.raft;
+  cr->front = n.front;
+  cr->links = n.links;
+  cr->remote_timeout = n.opts.remote_timeout;
+  cr->retry_interval = opts.retry_interval;
+  return std::make_unique<gateway_service>(sys, n.local, opts, std::move(cr));
+}
+
+} // namespace oncegate::gateway

@@ -1,0 +1,182 @@
+#define CAF_SUITE api.routes
+#include "caf/test/unit_test.hpp"
+
+#include <fstream>
+#include <map>
+
+#include <caf/config_value.hpp>
+#include <caf/settings.hpp>
+
+#include "api/routes.hpp"
+#include "tests/common/fixture.hpp"
+
+using namespace oncegate;
+using namespace oncegate::gateway;
+
+namespace {
+
+struct fixture {
+  std::map<std::string, std::string> env_vars;
+  route_defaults defaults;
+  caf::settings routes;
+  std::string error;
+
+  env_lookup env() {
+    return [this](const std::string& name) -> std::optional<std::string> {
+      auto i = env_vars.find(name);
+      if (i == env_vars.end())
+        return std::nullopt;
+      return i->second;
+    };
+  }
+
+  caf::settings& route(const std::string& name) {
+    auto& val = routes[name];
+    if (!caf::holds_alternative<caf::settings>(val))
+      val = caf::settings{};
+    return caf::get<caf::settings>(val);
+  }
+
+  std::optional<route_table> build() {
+    error.clear();
+    return make_routes(&routes, defaults, env(), error);
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(routes_tests, fixture)
+
+CAF_TEST(without a route section only the default route exists) {
+  auto table = make_routes(nullptr, defaults, env(), error);
+  CAF_REQUIRE(table);
+  CAF_REQUIRE_EQUAL(table->routes.size(), 1u);
+  auto& r = table->routes.front();
+  CAF_CHECK_EQUAL(r.name, "default");
+  CAF_CHECK_EQUAL(r.path, "/v1/webhook");
+  CAF_CHECK(r.auth == auth_mode::none);
+  CAF_CHECK(r.on_duplicate == duplicate_policy::conflict);
+  CAF_CHECK_EQUAL(r.ttl_ms, defaults.ttl_ms);
+}
+
+CAF_TEST(a named route gets its own path and options) {
+  auto& tv = route("tv");
+  tv["auth"] = std::string{"token"};
+  tv["secret-env"] = std::string{"TV_TOKEN"};
+  tv["ttl"] = caf::timespan{std::chrono::hours(72)};
+  tv["on-duplicate"] = std::string{"replay"};
+  tv["body-limit"] = int64_t{1024};
+  tv["allow"] = caf::config_value::list{caf::config_value{std::string{
+                                          "10.0.0.0/8"}},
+                                        caf::config_value{std::string{
+                                          "127.0.0.1"}}};
+  env_vars["TV_TOKEN"] = "s3cret";
+  auto table = build();
+  CAF_REQUIRE_EQUAL(error, "");
+  CAF_REQUIRE(table);
+  auto r = table->by_path("/v1/webhook/tv");
+  CAF_REQUIRE(r != nullptr);
+  CAF_CHECK(r == table->by_name("tv"));
+  CAF_CHECK(r->auth == auth_mode::token);
+  CAF_REQUIRE_EQUAL(r->secrets.size(), 1u);
+  CAF_CHECK_EQUAL(r->secrets.front(), "s3cret");
+  CAF_CHECK_EQUAL(r->ttl_ms, 72LL * 3600 * 1000);
+  CAF_CHECK(r->on_duplicate == duplicate_policy::replay);
+  CAF_CHECK_EQUAL(r->body_limit, 1024u);
+  CAF_CHECK_EQUAL(r->allow.size(), 2u);
+  CAF_CHECK(table->by_path("/v1/webhook/other") == nullptr);
+  CAF_CHECK_EQUAL(table->index_of(*r), 1u);
+}
+
+CAF_TEST(the default route can be configured too) {
+  auto& def = route("default");
+  def["on-duplicate"] = std::string{"replay"};
+  auto table = build();
+  CAF_REQUIRE(table);
+  CAF_REQUIRE_EQUAL(table->routes.size(), 1u);
+  CAF_CHECK(table->routes.front().on_duplicate == duplicate_policy::replay);
+  CAF_CHECK_EQUAL(table->routes.front().path, "/v1/webhook");
+}
+
+CAF_TEST(secrets come from values lists files and the environment) {
+  test::temp_dir dir;
+  {
+    std::ofstream out{dir.file("gh.secret")};
+    out << "from-file\n";
+  }
+  auto& gh = route("gh");
+  gh["auth"] = std::string{"github"};
+  gh["secret"] = caf::config_value::list{caf::config_value{std::string{"a"}},
+                                         caf::config_value{std::string{"b"}}};
+  gh["secret-file"] = dir.file("gh.secret");
+  gh["secret-env"] = std::string{"GH"};
+  env_vars["GH"] = "from-env";
+  auto table = build();
+  CAF_REQUIRE_EQUAL(error, "");
+  CAF_REQUIRE(table);
+  auto r = table->by_name("gh");
+  CAF_REQUIRE(r != nullptr);
+  CAF_CHECK_EQUAL(r->secrets.size(), 4u);
+  CAF_CHECK(std::find(r->secrets.begin(), r->secrets.end(), "from-file")
+            != r->secrets.end());
+  CAF_CHECK(std::find(r->secrets.begin(), r->secrets.end(), "from-env")
+            != r->secrets.end());
+}
+
+CAF_TEST(standard webhooks secrets are decoded to keys) {
+  auto& sw = route("sw");
+  sw["auth"] = std::string{"standard-webhooks"};
+  sw["secret"] = std::string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"};
+  auto table = build();
+  CAF_REQUIRE(table);
+  auto r = table->by_name("sw");
+  CAF_REQUIRE(r != nullptr);
+  auto key = decode_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+  CAF_REQUIRE(key);
+  CAF_CHECK(r->secrets.front() == *key);
+  route("sw")["secret"] = std::string{"whsec_***"};
+  CAF_CHECK(!build());
+  CAF_CHECK_EQUAL(error, "route.sw.secret: not a whsec_<base64> secret");
+}
+
+CAF_TEST(bad entries are errors naming the key) {
+  route("tv")["auth"] = std::string{"tokn"};
+  CAF_CHECK(!build());
+  CAF_CHECK(error.rfind("route.tv.auth:", 0) == 0);
+  routes.clear();
+  route("tv")["auth"] = std::string{"token"};
+  CAF_CHECK(!build());
+  CAF_CHECK(error.rfind("route.tv.secret:", 0) == 0);
+  routes.clear();
+  route("tv")["colour"] = std::string{"blue"};
+  CAF_CHECK(!build());
+  CAF_CHECK_EQUAL(error, "route.tv.colour: unknown option");
+  routes.clear();
+  route("tv")["secret-env"] = std::string{"UNSET_VAR"};
+  route("tv")["auth"] = std::string{"token"};
+  CAF_CHECK(!build());
+  CAF_CHECK_EQUAL(error, "route.tv.secret-env: environment variable "
+                         "UNSET_VAR is not set");
+  routes.clear();
+  route("tv")["body-limit"] = int64_t{1 << 30};
+  CAF_CHECK(!build());
+  CAF_CHECK(error.rfind("route.tv.body-limit:", 0) == 0);
+  routes.clear();
+  route("tv")["allow"] = caf::config_value::list{
+    caf::config_value{std::string{"10.0.0.0/33"}}};
+  CAF_CHECK(!build());
+  CAF_CHECK(error.rfind("route.tv.allow:", 0) == 0);
+  routes.clear();
+  route("Bad Name")["auth"] = std::string{"none"};
+  CAF_CHECK(!build());
+  routes.clear();
+  route("tv")["on-duplicate"] = std::string{"ignore"};
+  CAF_CHECK(!build());
+  CAF_CHECK(error.rfind("route.tv.on-duplicate:", 0) == 0);
+  routes.clear();
+  route("tv")["secret"] = std::string{"x"};
+  CAF_CHECK(!build());
+  CAF_CHECK_EQUAL(error, "route.tv.secret: set, but auth is none");
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

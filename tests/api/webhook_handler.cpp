@@ -1,0 +1,227 @@
+#define CAF_SUITE api.webhook_handler
+#include "caf/test/unit_test.hpp"
+
+#include <optional>
+
+#include "common/sha256.hpp"
+#include "api/webhook_handler.hpp"
+
+using namespace oncegate;
+using namespace oncegate::gateway;
+
+namespace {
+
+// Answers claims like a store that knows nothing but what it was told, and
+// records what reached it. The real actors are tested in actors.* and over
+// HTTP in process.*; this isolates the HTTP mapping.
+class scripted_node : public node_service {
+public:
+  std::vector<claim_request> seen;
+  std::optional<reply<claim_result>> next;
+
+  void claim(claim_request req,
+             std::function<void(reply<claim_result>)> done) override {
+    seen.push_back(req);
+    if (next) {
+      done(*next);
+      return;
+    }
+    reply<claim_result> res;
+    res.ok = true;
+    res.value.outcome = decision::accepted;
+    res.value.rec = make_record(req);
+    done(res);
+  }
+
+  void update(record_update,
+              std::function<void(reply<update_result>)> done) override {
+    done({});
+  }
+
+  void lookup(std::string, std::string,
+              std::function<void(reply<lookup_result>)> done) override {
+    done({});
+  }
+
+  void list(std::string, record_state, std::string, uint32_t,
+            std::function<void(reply<record_page>)> done) override {
+    done({});
+  }
+
+  void metrics(std::function<void(node_metrics)> done) override {
+    done({});
+  }
+
+  void ready(std::function<void(bool, std::string)> done) override {
+    done(true, {});
+  }
+};
+
+webhook_options default_options() {
+  webhook_options opts;
+  std::string error;
+  auto routes = make_routes(nullptr, route_defaults{}, process_env, error);
+  CAF_REQUIRE(routes);
+  opts.routes = std::move(*routes);
+  return opts;
+}
+
+struct fixture {
+  scripted_node claims;
+  webhook_handler handler{default_options(), claims,
+                          [] { return int64_t{1'700'000'000'000}; }};
+
+  http_response send(std::string method, std::string target,
+                     std::string body = {},
+                     std::vector<std::pair<std::string, std::string>> headers
+                     = {{"content-type", "application/json"}}) {
+    http_request req;
+    req.method = std::move(method);
+    req.target = std::move(target);
+    req.body = std::move(body);
+    req.headers = std::move(headers);
+    std::optional<http_response> res;
+    handler.handle(std::move(req), [&](http_response r) { res = r; });
+    CAF_REQUIRE(res);
+    return *res;
+  }
+
+  static std::optional<std::string> header(const http_response& res,
+                                           const std::string& name) {
+    for (auto& [k, v] : res.headers)
+      if (k == name)
+        return v;
+    return std::nullopt;
+  }
+
+  static bool contains(const std::string& haystack, const std::string& what) {
+    return haystack.find(what) != std::string::npos;
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(webhook_handler_tests, fixture)
+
+CAF_TEST(an accepted claim answers 200 with the stored response) {
+  auto res = send("POST", "/v1/webhook", R"({"id":"abc","qty":1})");
+  CAF_CHECK_EQUAL(res.status, 200);
+  CAF_CHECK_EQUAL(res.body, R"({"status":"accepted","idempotency_key":"abc",)"
+                            R"("key_source":"body",)"
+                            R"("received_at":"2023-11-14T22:13:20.000Z"})");
+  CAF_CHECK_EQUAL(header(res, "Idempotency-Key"), std::string{"abc"});
+  CAF_CHECK_EQUAL(header(res, "Cache-Control"), std::string{"no-store"});
+  CAF_REQUIRE_EQUAL(claims.seen.size(), 1u);
+  auto& req = claims.seen.front();
+  CAF_CHECK_EQUAL(req.route, "default");
+  CAF_CHECK_EQUAL(req.key, "abc");
+  CAF_CHECK_EQUAL(req.now_ms, 1'700'000'000'000);
+  CAF_CHECK_EQUAL(req.ttl_ms, 24LL * 3600 * 1000);
+  CAF_CHECK_EQUAL(req.signal, R"({"id":"abc","qty":1})");
+  CAF_CHECK_EQUAL(req.fingerprint, sha256(R"({"id":"abc","qty":1})"));
+  // The stored response is what a replay would send.
+  CAF_CHECK_EQUAL(req.response, res.body);
+}
+
+CAF_TEST(the header key wins over body fields) {
+  auto res = send("POST", "/v1/webhook", R"({"id":"abc"})",
+                  {{"content-type", "application/json"},
+                   {"idempotency-key", "\"hdr-1\""}});
+  CAF_CHECK_EQUAL(res.status, 200);
+  CAF_REQUIRE_EQUAL(claims.seen.size(), 1u);
+  CAF_CHECK_EQUAL(claims.seen.front().key, "hdr-1");
+  CAF_CHECK(contains(res.body, R"("key_source":"header")"));
+}
+
+CAF_TEST(a duplicate answers 409 with first_seen and original_status) {
+  reply<claim_result> dup;
+  dup.ok = true;
+  dup.value.outcome = decision::duplicate;
+  dup.value.rec.state = record_state::completed;
+  dup.value.rec.first_seen_ms = 1'600'000'000'000;
+  dup.value.rec.status = 200;
+  claims.next = dup;
+  auto res = send("POST", "/v1/webhook", R"({"id":"abc"})");
+  CAF_CHECK_EQUAL(res.status, 409);
+  CAF_CHECK_EQUAL(header(res, "Content-Type"),
+                  std::string{"application/problem+json"});
+  CAF_CHECK_EQUAL(header(res, "Idempotent-Replayed"), std::string{"true"});
+  CAF_CHECK(contains(res.body, R"("type":"https://oncegate.dev/problems/duplicate")"));
+  CAF_CHECK(contains(res.body, R"("first_seen":"2020-09-13T12:26:40.000Z")"));
+  CAF_CHECK(contains(res.body, R"("original_status":200)"));
+  CAF_CHECK(contains(res.body, R"("idempotency_key":"abc")"));
+}
+
+CAF_TEST(a mismatch answers 422 key reused) {
+  reply<claim_result> mis;
+  mis.ok = true;
+  mis.value.outcome = decision::mismatch;
+  claims.next = mis;
+  auto res = send("POST", "/v1/webhook", R"({"id":"abc"})");
+  CAF_CHECK_EQUAL(res.status, 422);
+  CAF_CHECK(contains(res.body, "problems/key-reused"));
+}
+
+CAF_TEST(a failed decision answers 503 and never 200) {
+  reply<claim_result> failed;
+  failed.ok = false;
+  failed.error = errc::commit_failed;
+  claims.next = failed;
+  auto res = send("POST", "/v1/webhook", R"({"id":"abc"})");
+  CAF_CHECK_EQUAL(res.status, 503);
+  CAF_CHECK_EQUAL(header(res, "Retry-After"), std::string{"1"});
+  CAF_CHECK(contains(res.body, "problems/unavailable"));
+}
+
+CAF_TEST(rejected requests never reach the store) {
+  CAF_CHECK_EQUAL(send("POST", "/v1/webhook", "{\"id\":").status, 400);
+  CAF_CHECK_EQUAL(send("POST", "/v1/webhook", "[1,2]").status, 400);
+  CAF_CHECK_EQUAL(send("POST", "/v1/webhook", R"({"symbol":"X"})").status,
+                  422);
+  CAF_CHECK_EQUAL(send("POST", "/v1/webhook", R"({"id":"a"})",
+                       {{"content-type", "application/xml"}})
+                    .status,
+                  415);
+  CAF_CHECK_EQUAL(send("POST", "/v1/webhook", R"({"id":"a"})",
+                       {{"idempotency-key", ""}})
+                    .status,
+                  400);
+  CAF_CHECK(claims.seen.empty());
+}
+
+CAF_TEST(text plain bodies are parsed as json) {
+  auto res = send("POST", "/v1/webhook", R"({"id":"tv"})",
+                  {{"content-type", "text/plain; charset=utf-8"}});
+  CAF_CHECK_EQUAL(res.status, 200);
+}
+
+CAF_TEST(wrong methods and unknown paths) {
+  auto res = send("GET", "/v1/webhook");
+  CAF_CHECK_EQUAL(res.status, 405);
+  CAF_CHECK_EQUAL(header(res, "Allow"), std::string{"POST"});
+  CAF_CHECK_EQUAL(send("POST", "/v2/x", "{}").status, 404);
+  CAF_CHECK_EQUAL(send("POST", "/v1/webhook/nope", "{}").status, 404);
+  CAF_CHECK_EQUAL(send("GET", "/healthz").status, 200);
+  CAF_CHECK_EQUAL(send("GET", "/healthz?probe=1").status, 200);
+  CAF_CHECK_EQUAL(send("DELETE", "/healthz").status, 405);
+}
+
+CAF_TEST(a non ascii body key is not echoed as a header) {
+  auto res = send("POST", "/v1/webhook", "{\"id\":\"caf\xc3\xa9\"}");
+  CAF_CHECK_EQUAL(res.status, 200);
+  CAF_CHECK(!header(res, "Idempotency-Key"));
+  CAF_CHECK(contains(res.body, "caf\xc3\xa9"));
+}
+
+CAF_TEST(outcomes are counted per route) {
+  send("POST", "/v1/webhook", R"({"id":"abc"})");
+  send("POST", "/v1/webhook", "{");
+  auto& m = handler.metrics();
+  CAF_CHECK_EQUAL(m.value(0, outcome::granted), 1u);
+  CAF_CHECK_EQUAL(m.value(0, outcome::bad_request), 1u);
+  auto text = m.render(node_metrics{});
+  CAF_CHECK(contains(text, R"(oncegate_decisions_total{route="default",outcome="new"} 1)"));
+  CAF_CHECK(contains(text, "oncegate_request_duration_seconds_count 2"));
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

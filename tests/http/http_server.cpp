@@ -1,0 +1,378 @@
+#define CAF_SUITE http.http_server
+#include "caf/test/unit_test.hpp"
+
+#include "http/http_server.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+
+using namespace oncegate::gateway;
+
+namespace {
+
+/// Answers by path: `/throw` throws, `/no-content` and `/not-modified` carry
+/// a body HTTP forbids, `/bad-status` and `/interim` are no final status,
+/// `/huge-header` has a field Beast refuses, `/answer-then-throw` throws
+/// after answering; anything else is 200 with a body naming the method.
+class scripted_handler : public request_handler {
+public:
+  void handle(http_request req, responder done) override {
+    auto path = req.path();
+    if (path == "/throw")
+      throw std::runtime_error("handler bug");
+    http_response res;
+    res.set("Content-Type", "text/plain");
+    res.body = "hello " + req.method;
+    if (path == "/no-content")
+      res.status = 204;
+    else if (path == "/not-modified")
+      res.status = 304;
+    else if (path == "/bad-status")
+      res.status = 1000;
+    else if (path == "/interim")
+      res.status = 103;
+    else if (path == "/huge-header")
+      res.set("X-Huge", std::string(70000, 'a'));
+    done(std::move(res));
+    if (path == "/answer-then-throw")
+      throw std::logic_error("handler bug after answering");
+  }
+};
+
+struct parsed_response {
+  int status = 0;
+  std::string version;
+  /// Lower-case names.
+  std::map<std::string, std::string> headers;
+  std::string body;
+
+  bool has(const std::string& name) const {
+    return headers.count(name) > 0;
+  }
+
+  std::string get(const std::string& name) const {
+    auto i = headers.find(name);
+    return i == headers.end() ? std::string{} : i->second;
+  }
+};
+
+std::string lower(std::string x) {
+  for (auto& c : x)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return x;
+}
+
+/// One raw TCP connection to 127.0.0.1 with bounded reads.
+class raw_client {
+public:
+  explicit raw_client(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    if (fd_ < 0
+        || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
+             != 0)
+      std::abort();
+  }
+
+  ~raw_client() {
+    ::close(fd_);
+  }
+
+  raw_client(const raw_client&) = delete;
+  raw_client& operator=(const raw_client&) = delete;
+
+  void send(std::string_view bytes) {
+    size_t off = 0;
+    while (off < bytes.size()) {
+      auto n = ::send(fd_, bytes.data() + off, bytes.size() - off,
+                      MSG_NOSIGNAL);
+      if (n <= 0)
+        return;
+      off += static_cast<size_t>(n);
+    }
+  }
+
+  /// The next response; `head` when it answers a HEAD request (no body
+  /// whatever Content-Length says). None on timeout or a closed connection.
+  std::optional<parsed_response> read(bool head = false) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+    size_t end;
+    while ((end = buf_.find("\r\n\r\n")) == std::string::npos)
+      if (!fill(deadline))
+        return std::nullopt;
+    parsed_response res;
+    auto head_block = buf_.substr(0, end);
+    auto line_end = head_block.find("\r\n");
+    auto status_line = head_block.substr(0, line_end);
+    res.version = status_line.substr(0, status_line.find(' '));
+    res.status = std::atoi(status_line.c_str() + res.version.size() + 1);
+    size_t pos = line_end == std::string::npos ? head_block.size()
+                                               : line_end + 2;
+    while (pos < head_block.size()) {
+      auto next = head_block.find("\r\n", pos);
+      if (next == std::string::npos)
+        next = head_block.size();
+      auto line = head_block.substr(pos, next - pos);
+      auto colon = line.find(':');
+      auto value = line.substr(colon + 1);
+      while (!value.empty() && value.front() == ' ')
+        value.erase(0, 1);
+      res.headers[lower(line.substr(0, colon))] = value;
+      pos = next + 2;
+    }
+    size_t length = 0;
+    bool bodiless = head || res.status < 200 || res.status == 204
+                    || res.status == 304;
+    if (!bodiless && res.has("content-length"))
+      length = std::strtoull(res.get("content-length").c_str(), nullptr, 10);
+    while (buf_.size() < end + 4 + length)
+      if (!fill(deadline))
+        return std::nullopt;
+    res.body = buf_.substr(end + 4, length);
+    buf_.erase(0, end + 4 + length);
+    return res;
+  }
+
+  /// Bytes received after the last complete response.
+  const std::string& pending() const {
+    return buf_;
+  }
+
+  /// Waits (bounded) for the peer to close; false if it sent more bytes or
+  /// stayed open.
+  bool closed_by_peer() {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0)
+        continue;
+      char c;
+      auto n = ::recv(fd_, &c, 1, 0);
+      if (n == 0 || (n < 0 && errno == ECONNRESET))
+        return true;
+      if (n > 0)
+        return false;
+    }
+    return false;
+  }
+
+private:
+  bool fill(std::chrono::steady_clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
+      return false;
+    char tmp[4096];
+    auto n = ::recv(fd_, tmp, sizeof(tmp), 0);
+    if (n <= 0)
+      return false;
+    buf_.append(tmp, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  std::string buf_;
+};
+
+std::string get(std::string_view path, std::string_view method = "GET",
+                std::string_view version = "HTTP/1.1",
+                std::string_view extra = "") {
+  std::string res{method};
+  res += ' ';
+  res += path;
+  res += ' ';
+  res += version;
+  res += "\r\nHost: 127.0.0.1\r\n";
+  res += extra;
+  res += "\r\n";
+  return res;
+}
+
+/// A server on a free loopback port, run by one thread.
+struct fixture {
+  fixture() {
+    http_server_options opts;
+    opts.host = "127.0.0.1";
+    opts.port = 0;
+    opts.max_connections = 64;
+    std::string error;
+    server = http_server::listen(opts, handler, error);
+    if (!server)
+      CAF_FAIL("cannot listen: " << error);
+    runner = std::thread([this] { server->run(false); });
+  }
+
+  ~fixture() {
+    server->stop();
+    runner.join();
+  }
+
+  /// A fresh connection answers a plain GET: the server still serves.
+  void check_serving() {
+    raw_client c{server->port()};
+    c.send(get("/ok"));
+    auto res = c.read();
+    CAF_REQUIRE(res);
+    CAF_CHECK_EQUAL(res->status, 200);
+    CAF_CHECK_EQUAL(res->body, "hello GET");
+  }
+
+  void check_internal_error(const parsed_response& res) {
+    CAF_CHECK_EQUAL(res.status, 500);
+    CAF_CHECK_EQUAL(res.get("content-type"), "application/problem+json");
+    CAF_CHECK_NOT_EQUAL(
+      res.body.find("\"type\":\"https://oncegate.dev/problems/internal-error\""),
+      std::string::npos);
+  }
+
+  scripted_handler handler;
+  std::unique_ptr<http_server> server;
+  std::thread runner;
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(http_server_tests, fixture)
+
+CAF_TEST(a cap that fits the descriptor limit is kept) {
+  // 64 connections + the default reserve fit any usual limit.
+  CAF_CHECK_EQUAL(server->max_connections(), 64u);
+}
+
+CAF_TEST(a handler that throws gets a 500 problem and the server keeps serving) {
+  auto before = transport_counters().internal_errors;
+  {
+    raw_client c{server->port()};
+    c.send(get("/throw"));
+    auto res = c.read();
+    CAF_REQUIRE(res);
+    check_internal_error(*res);
+  }
+  CAF_CHECK_EQUAL(transport_counters().internal_errors, before + 1);
+  check_serving();
+}
+
+CAF_TEST(a handler that throws after answering gets one 500 and nothing else) {
+  auto before = transport_counters().internal_errors;
+  {
+    raw_client c{server->port()};
+    c.send(get("/answer-then-throw"));
+    auto res = c.read();
+    CAF_REQUIRE(res);
+    check_internal_error(*res);
+    // The answer posted before the exception is dropped, not written after.
+    CAF_CHECK(c.closed_by_peer());
+    CAF_CHECK_EQUAL(c.pending(), "");
+  }
+  CAF_CHECK_EQUAL(transport_counters().internal_errors, before + 1);
+  check_serving();
+}
+
+CAF_TEST(an answer beast cannot send gets a 500 problem and the server keeps serving) {
+  auto before = transport_counters().internal_errors;
+  for (auto path : {"/bad-status", "/interim", "/huge-header"}) {
+    CAF_MESSAGE("path " << path);
+    raw_client c{server->port()};
+    c.send(get(path));
+    auto res = c.read();
+    CAF_REQUIRE(res);
+    check_internal_error(*res);
+    check_serving();
+  }
+  CAF_CHECK_EQUAL(transport_counters().internal_errors, before + 3);
+}
+
+CAF_TEST(a 204 or 304 answer with a body is sent without the body) {
+  for (auto path : {"/no-content", "/not-modified"}) {
+    CAF_MESSAGE("path " << path);
+    raw_client c{server->port()};
+    // Pipelined: a body leaking into the stream would corrupt the second.
+    c.send(get(path) + get("/ok"));
+    auto res = c.read();
+    CAF_REQUIRE(res);
+    CAF_CHECK_EQUAL(res->status, std::string_view{path} == "/no-content"
+                                   ? 204
+                                   : 304);
+    CAF_CHECK(!res->has("content-length"));
+    CAF_CHECK(!res->has("transfer-encoding"));
+    auto next = c.read();
+    CAF_REQUIRE(next);
+    CAF_CHECK_EQUAL(next->status, 200);
+    CAF_CHECK_EQUAL(next->body, "hello GET");
+  }
+  check_serving();
+}
+
+CAF_TEST(a HEAD answer has the GET headers and no body) {
+  raw_client c{server->port()};
+  c.send(get("/ok", "HEAD") + get("/ok"));
+  auto head = c.read(true);
+  CAF_REQUIRE(head);
+  CAF_CHECK_EQUAL(head->status, 200);
+  CAF_CHECK_EQUAL(head->get("content-length"), "10"); // "hello HEAD"
+  // The next bytes must be the second response, not a body.
+  auto next = c.read();
+  CAF_REQUIRE(next);
+  CAF_CHECK_EQUAL(next->status, 200);
+  CAF_CHECK_EQUAL(next->body, "hello GET");
+  CAF_CHECK_EQUAL(c.pending(), "");
+}
+
+CAF_TEST(an HTTP 1.0 client asking for keep-alive keeps its connection) {
+  raw_client c{server->port()};
+  c.send(get("/ok", "GET", "HTTP/1.0", "Connection: keep-alive\r\n"));
+  auto res = c.read();
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 200);
+  CAF_CHECK_EQUAL(lower(res->get("connection")), "keep-alive");
+  c.send(get("/ok", "GET", "HTTP/1.0", "Connection: keep-alive\r\n"));
+  res = c.read();
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 200);
+  CAF_CHECK_EQUAL(res->body, "hello GET");
+}
+
+CAF_TEST(an HTTP 1.0 client not asking for keep-alive is answered and closed) {
+  raw_client c{server->port()};
+  c.send(get("/ok", "GET", "HTTP/1.0"));
+  auto res = c.read();
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 200);
+  CAF_CHECK_NOT_EQUAL(lower(res->get("connection")), "keep-alive");
+  CAF_CHECK(c.closed_by_peer());
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+CAF_TEST(the connection cap fits the descriptor limit) {
+  // Enough descriptors: the configured cap stays.
+  CAF_CHECK_EQUAL(fitting_connections(1000, 64, 2000), 1000u);
+  CAF_CHECK_EQUAL(fitting_connections(1000, 64, 1064), 1000u);
+  // Too few: what is left after the reserve.
+  CAF_CHECK_EQUAL(fitting_connections(1000, 64, 1063), 999u);
+  CAF_CHECK_EQUAL(fitting_connections(1000, 64, 256), 192u);
+  // Not even the reserve fits: half the descriptors, at least one.
+  CAF_CHECK_EQUAL(fitting_connections(1000, 64, 64), 32u);
+  CAF_CHECK_EQUAL(fitting_connections(1000, 64, 1), 1u);
+  CAF_CHECK_EQUAL(fitting_connections(10, 64, 64), 10u);
+}

@@ -1,0 +1,2 @@
+#define CAF_SUITE http
+#include "caf/test/unit_test_impl.hpp"

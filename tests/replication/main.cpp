@@ -1,0 +1,2 @@
+#define CAF_SUITE replication
+#include "caf/test/unit_test_impl.hpp"
