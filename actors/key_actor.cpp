@@ -75,22 +75,25 @@ void remember(key_state& st, const record& rec) {
 // goes to the store, which decides at the store's clock.
 std::optional<claim_result> decide_cached(const key_state& st,
                                           const claim_request& req) {
-  if (!st.cached || !st.cached->fingerprint_ok
-      || !live(st.cached->state, st.cached->expires_at_ms, req.now_ms))
+  if (!st.cached || !st.cached->fingerprint_ok)
     return std::nullopt;
   auto& c = *st.cached;
-  // The request attempt that owns the record asks again (its answer was
-  // lost with a leader): the store answers it as accepted.
-  if (req.request_id != 0 && req.request_id == c.request_id)
+  // The one rule (common/record.hpp). This cache keeps no owner: the
+  // request attempt that owns the record asking again (its answer was lost
+  // with a leader) goes to the store, and so does a record that looks
+  // expired (the store decides at its clock) or a free key (only the store
+  // grants).
+  holder h{c.state, c.expires_at_ms,
+           std::string_view{c.fingerprint.data(), c.fingerprint.size()},
+           c.request_id, 0, false};
+  auto d = decide(&h, req.fingerprint, req.request_id, req.owner, req.now_ms);
+  if (!d || (*d != decision::duplicate && *d != decision::mismatch))
     return std::nullopt;
   // The answer is not here: the store has it (a duplicate may replay it).
   if (!c.answer_cached)
     return std::nullopt;
   claim_result res;
-  auto same = req.fingerprint.size() == c.fingerprint.size()
-              && std::equal(c.fingerprint.begin(), c.fingerprint.end(),
-                            req.fingerprint.begin());
-  res.outcome = same ? decision::duplicate : decision::mismatch;
+  res.outcome = *d;
   auto& rec = res.rec;
   rec.route = st.route;
   rec.key = st.key;

@@ -47,15 +47,20 @@ std::optional<cache_hit> decision_cache::lookup(std::string_view routing,
   probe.assign(routing.data(), routing.size());
   std::lock_guard<std::mutex> guard{sh.mtx};
   auto i = sh.map.find(probe);
-  // Only completed records are cached (see `remember`).
-  if (i == sh.map.end()
-      || !live(record_state::completed, i->second.expires_at_ms, now_ms))
+  if (i == sh.map.end())
     return std::nullopt;
   auto& e = i->second;
+  // The one rule (common/record.hpp); only completed records are cached
+  // (see `remember`), and only what it answers duplicate or mismatch is a
+  // hit: anything else goes to the node.
+  holder h{record_state::completed, e.expires_at_ms, e.fingerprint};
+  auto d = decide(&h, fingerprint, 0, 0, now_ms);
+  if (!d || (*d != decision::duplicate && *d != decision::mismatch))
+    return std::nullopt;
   if (with_body && !e.has_body)
     return std::nullopt;
   cache_hit hit;
-  hit.same_payload = e.fingerprint == fingerprint;
+  hit.outcome = *d;
   hit.first_seen_ms = e.first_seen_ms;
   hit.status = e.status;
   if (with_body) {

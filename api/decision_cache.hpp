@@ -17,8 +17,9 @@ namespace oncegate::gateway {
 
 /// What a cache hit says about a duplicate.
 struct cache_hit {
-  /// Same payload fingerprint as the stored record (else: key reused).
-  bool same_payload = false;
+  /// `duplicate` (same payload as the stored record) or `mismatch` (the
+  /// key reused with another payload), as the one rule decided.
+  decision outcome = decision::duplicate;
   int64_t first_seen_ms = 0;
   uint16_t status = 0;
   /// Filled only when asked for (replay).

@@ -414,7 +414,7 @@ void webhook_handler::handle_webhook(const route_config& route,
   auto routing = routing_key(route.name, key.value);
   if (auto hit = cache_.lookup(routing, body.fingerprint, now,
                                route.on_duplicate == duplicate_policy::replay)) {
-    if (!hit->same_payload) {
+    if (hit->outcome == decision::mismatch) {
       metrics_.count(idx, outcome::mismatch);
       return done(key_reused(key));
     }

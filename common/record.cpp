@@ -1,5 +1,7 @@
 #include "common/record.hpp"
 
+#include "common/mutant.hpp"
+
 namespace oncegate {
 
 const char* to_string(record_state x) {
@@ -67,6 +69,27 @@ std::string routing_key(const std::string& route, const std::string& key) {
   result += '\0';
   result += key;
   return result;
+}
+
+std::optional<decision> decide(const holder* h, std::string_view fingerprint,
+                               uint64_t request_id, uint64_t owner,
+                               int64_t now_ms) {
+  if (h == nullptr)
+    return decision::accepted;
+  if (!live(h->state, h->expires_at_ms, now_ms))
+    return decision::renewed;
+  if (h->fingerprint != fingerprint) {
+    if (ONCEGATE_MUTANT("grant-on-mismatch"))
+      return decision::renewed; // mutant: another payload executes
+    return decision::mismatch;
+  }
+  if (request_id != 0 && h->request_id == request_id) {
+    if (!h->owner_known)
+      return std::nullopt;
+    if (h->owner == owner)
+      return decision::accepted; // the same attempt asks again
+  }
+  return decision::duplicate;
 }
 
 } // namespace oncegate

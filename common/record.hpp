@@ -1,7 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <caf/meta/type_name.hpp>
@@ -99,6 +101,37 @@ constexpr bool live(record_state state, int64_t expires_at_ms,
 inline bool live(const record& x, int64_t now_ms) {
   return live(x.state, x.expires_at_ms, now_ms);
 }
+
+/// What the decision rule needs of the record that holds a key, wherever
+/// it is kept (the store's row, a key actor's cache, the HTTP cache).
+struct holder {
+  record_state state = record_state::completed;
+  int64_t expires_at_ms = 0;
+  std::string_view fingerprint;
+  /// The request attempt that claimed it (0: none) and its node. A cache
+  /// that does not keep the owner says so (`owner_known`).
+  uint64_t request_id = 0;
+  uint64_t owner = 0;
+  bool owner_known = true;
+};
+
+/// The holder view of a whole record.
+inline holder holder_of(const record& r) {
+  return {r.state, r.expires_at_ms, r.fingerprint, r.request_id, r.owner};
+}
+
+/// THE decision rule, the only one: every component that decides a claim
+/// calls it. With no holder, or one that is no longer live at `now_ms`
+/// (the one expiry rule, `live`): `accepted` (or `renewed` when a dead
+/// record is replaced; only the store writes, so only it may act on
+/// these). A live holder with another payload: `mismatch`. The same
+/// request attempt asking again (non-zero id, same id and owner): `accepted`
+/// (its first answer was lost; it owns the key already). Otherwise:
+/// `duplicate`. Empty when it cannot tell: the request id matches but the
+/// owner is unknown (a cache must then ask the store).
+std::optional<decision> decide(const holder* h, std::string_view fingerprint,
+                               uint64_t request_id, uint64_t owner,
+                               int64_t now_ms);
 
 /// A request to own `(route, key)`. The store inserts a record built from
 /// it unless a live record exists.

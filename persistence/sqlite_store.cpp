@@ -616,22 +616,16 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
         return sqlite_error(db, "select record");
     }
   }
-  auto holds = existed && live(result.rec, now_ms);
-  if (holds && ONCEGATE_MUTANT("grant-on-mismatch")
-      && result.rec.fingerprint != req.fingerprint)
-    holds = false; // mutant: another payload under a live key executes
-  if (holds) {
-    auto& rec = result.rec;
-    if (rec.fingerprint != req.fingerprint)
-      result.outcome = decision::mismatch;
-    else if (req.request_id != 0 && rec.request_id == req.request_id
-             && rec.owner == req.owner)
-      result.outcome = decision::accepted; // the same attempt asks again
-    else
-      result.outcome = decision::duplicate;
-    return result;
-  }
-  result.outcome = existed ? decision::renewed : decision::accepted;
+  std::optional<holder> h;
+  if (existed)
+    h = holder_of(result.rec);
+  // The one rule decides (common/record.hpp); the store writes when the
+  // key is free: no record, or a dead one replaced.
+  auto d = *decide(h ? &*h : nullptr, req.fingerprint, req.request_id,
+                   req.owner, now_ms);
+  result.outcome = d;
+  if (d != decision::renewed && (d != decision::accepted || existed))
+    return result; // duplicate, mismatch, or the same attempt asking again
   result.rec = make_record(req, now_ms);
   auto st = impl_->stmts[stmt_upsert_record];
   stmt_guard guard{st};

@@ -174,14 +174,15 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
 claim_result unsafe_claim(store_pointer self, claim_request&& req) {
   claim_result res;
   auto cur = self->state.db->load(req.route, req.key);
-  if (cur && cur->found && live(cur->rec, req.now_ms)) {
-    res.outcome = cur->rec.fingerprint == req.fingerprint ? decision::duplicate
-                                                          : decision::mismatch;
-    res.rec = std::move(cur->rec);
-  } else {
-    res.outcome = decision::accepted;
+  auto h = cur && cur->found ? std::optional<holder>{holder_of(cur->rec)}
+                             : std::nullopt;
+  res.outcome = decide(h ? &*h : nullptr, req.fingerprint, req.request_id,
+                       req.owner, req.now_ms)
+                  .value_or(decision::duplicate);
+  if (res.outcome == decision::accepted || res.outcome == decision::renewed)
     res.rec = make_record(req);
-  }
+  else
+    res.rec = std::move(cur->rec);
   command cmd;
   cmd.type = command::kind::claim;
   cmd.claim = std::move(req);

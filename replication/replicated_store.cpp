@@ -160,15 +160,15 @@ void flush(store_pointer self) {
         auto& req = batch[k].claim;
         claim_result res;
         auto cur = st.reader->load(req.route, req.key);
-        if (cur && cur->found && live(cur->rec, req.now_ms)) {
-          res.outcome = cur->rec.fingerprint == req.fingerprint
-                          ? decision::duplicate
-                          : decision::mismatch;
-          res.rec = std::move(cur->rec);
-        } else {
-          res.outcome = decision::accepted;
+        auto h = cur && cur->found ? std::optional<holder>{holder_of(cur->rec)}
+                                   : std::nullopt;
+        res.outcome = decide(h ? &*h : nullptr, req.fingerprint, req.request_id,
+                             req.owner, req.now_ms)
+                        .value_or(decision::duplicate);
+        if (res.outcome == decision::accepted || res.outcome == decision::renewed)
           res.rec = make_record(req);
-        }
+        else
+          res.rec = std::move(cur->rec);
         waiting[k].rp.deliver(std::move(res));
       }
 #endif

@@ -28,12 +28,12 @@ CAF_TEST(a remembered completed decision answers until it expires) {
   cache.remember("k", completed(100), e);
   auto hit = cache.lookup("k", "fp", 500, true);
   CAF_REQUIRE(hit);
-  CAF_CHECK(hit->same_payload);
+  CAF_CHECK(hit->outcome == decision::duplicate);
   CAF_CHECK_EQUAL(hit->first_seen_ms, 100);
   CAF_CHECK_EQUAL(hit->response, "body");
   auto other = cache.lookup("k", "other", 500, false);
   CAF_REQUIRE(other);
-  CAF_CHECK(!other->same_payload);
+  CAF_CHECK(other->outcome == decision::mismatch);
   CAF_CHECK(other->response.empty());
   CAF_CHECK(!cache.lookup("k", "fp", 1100, false)); // expired: ask actors
 }
@@ -67,7 +67,7 @@ CAF_TEST(an older decision never replaces a newer one) {
   cache.remember("k", completed(100, "old"), e);
   auto hit = cache.lookup("k", "new", 2500, false);
   CAF_REQUIRE(hit);
-  CAF_CHECK(hit->same_payload);
+  CAF_CHECK(hit->outcome == decision::duplicate);
 }
 
 CAF_TEST(the cache holds at most its capacity) {
