@@ -347,9 +347,9 @@ int64_t node_config::in_flight_deadline_ms(const webhook_options& web) const {
   return work + 10'000;
 }
 
-gateway_actor_options node_config::gateway_opts() const {
-  gateway_actor_options res;
-  res.actors = gateway_actors;
+routed_service_options node_config::service_opts() const {
+  routed_service_options res;
+  res.service.actors = gateway_actors;
   res.leader_wait = leader_wait;
   res.max_background = max_background;
   res.max_background_bytes = max_background_bytes;

@@ -8,7 +8,7 @@
 
 #include "actors/node.hpp"
 #include "common/logging.hpp"
-#include "routing/gateway_actor.hpp"
+#include "routing/routed_service.hpp"
 #include "http/http_server.hpp"
 #include "api/routes.hpp"
 #include "api/webhook_handler.hpp"
@@ -39,7 +39,7 @@ public:
   node_options node_opts() const;
   log::log_options log_opts() const;
   http_server_options http_opts() const;
-  gateway_actor_options gateway_opts() const;
+  routed_service_options service_opts() const;
 
   /// True when `cluster.id` is set: the node runs Raft with `cluster.peers`.
   bool clustered() const {

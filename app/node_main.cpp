@@ -22,7 +22,8 @@
 #include "routing/cluster_node.hpp"
 #include "common/errc.hpp"
 #include "common/logging.hpp"
-#include "routing/gateway_actor.hpp"
+#include "routing/routed_service.hpp"
+#include "service/local_service.hpp"
 #include "http/http_server.hpp"
 #include "app/node_config.hpp"
 #include "api/webhook_handler.hpp"
@@ -314,8 +315,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
       return 1;
     }
     clustered = std::move(*n);
-    service = make_cluster_gateway_service(sys, *clustered,
-                                                    cfg.gateway_opts());
+    service = make_routed_service(sys, *clustered, cfg.service_opts());
   } else {
     auto nopts = cfg.node_opts();
     nopts.store_actor.in_flight_deadline_ms = in_flight_deadline;
@@ -335,7 +335,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
       return 1;
     }
     single = std::move(*n);
-    service = make_gateway_service(sys, *single, cfg.gateway_opts());
+    service = make_local_service(sys, *single, cfg.service_opts().service);
   }
   auto exit_code = 0;
   {

@@ -78,7 +78,7 @@ struct node_metrics {
 };
 
 /// What the HTTP side needs of the node. Implemented on top of the actors
-/// (`gateway_actor.hpp`); every call returns at once and calls its
+/// (service/local_service.hpp, routing/routed_service.hpp); every call returns at once and calls its
 /// completion exactly once, on an arbitrary thread.
 class node_service {
 public:

@@ -1,4 +1,4 @@
-#include "routing/gateway_actor.hpp"
+#include "routing/routed_service.hpp"
 
 #include <mutex>
 #include <algorithm>
@@ -21,51 +21,6 @@
 namespace oncegate::gateway {
 
 namespace {
-
-// A unit of work handed over by an asio thread: runs inside the gateway
-// actor. Local only (it carries callbacks).
-struct gateway_job {
-  std::function<void(caf::event_based_actor*)> run;
-};
-
-} // namespace
-
-} // namespace oncegate::gateway
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(oncegate::gateway::gateway_job)
-
-namespace oncegate::gateway {
-
-namespace {
-
-template <class T>
-reply<T> failure(caf::actor_system& sys, const caf::error& err) {
-  reply<T> res;
-  res.error = errc_of(err);
-  if (err == caf::sec::request_timeout)
-    res.error = errc::timeout;
-  else if (res.error == errc::none)
-    res.error = errc::store_unavailable;
-  res.detail = sys.render(err);
-  return res;
-}
-
-// Requests `xs...` from `hdl` and maps the answer to a `reply<T>`.
-template <class T, class Handle, class Timeout, class... Ts>
-void ask(caf::event_based_actor* self, const Handle& hdl, Timeout timeout,
-         std::function<void(reply<T>)> done, Ts&&... xs) {
-  self->request(hdl, timeout, std::forward<Ts>(xs)...)
-    .then(
-      [done](T& value) {
-        reply<T> res;
-        res.ok = true;
-        res.value = std::move(value);
-        done(std::move(res));
-      },
-      [self, done](caf::error& err) {
-        done(failure<T>(self->system(), err));
-      });
-}
 
 // Where a cluster node sends requests: the local actors while it is the
 // ready leader, the leader's front actor otherwise.
@@ -109,12 +64,11 @@ void forward(caf::event_based_actor* self,
     // Backs off (interval x 1, 2, 4, 8, then 8 again): a failover takes
     // hundreds of milliseconds, and many requests may be waiting for it.
     auto delay = cr->retry_interval * (1u << std::min(attempt, 3u));
-    self->delayed_send(self, delay,
-                       gateway_job{[cr, local, until, done, args, attempt](
-                                     caf::event_based_actor* self) mutable {
-                         forward<T>(self, cr, local, until, std::move(done),
-                                    std::move(args), attempt + 1);
-                       }});
+    actor_bridge::post_later(
+      self, delay,
+      [cr, local, until, done, args, attempt](caf::event_based_actor* self) {
+        forward<T>(self, cr, local, until, done, args, attempt + 1);
+      });
   };
   auto status = cr->raft->brief();
   caf::actor target;
@@ -148,113 +102,45 @@ void forward(caf::event_based_actor* self,
     args);
 }
 
-// Collects the counters of every actor; answers once all replied or failed.
-void gather_metrics(caf::event_based_actor* self, const node& n,
-                    caf::timespan timeout,
-                    std::function<void(node_metrics)> done) {
-  struct pending {
-    node_metrics result;
-    size_t open = 0;
-    std::function<void(node_metrics)> done;
-    void finish() {
-      if (--open == 0)
-        done(std::move(result));
-    }
-  };
-  auto st = std::make_shared<pending>();
-  st->done = std::move(done);
-  st->open = n.registries.size() + 2;
-  auto fail = [st](caf::error&) {
-    st->result.complete = false;
-    st->finish();
-  };
-  for (auto& shard : n.registries)
-    self->request(shard, timeout, stats_atom::value)
-      .then(
-        [st](const registry_stats& x) {
-          auto& r = st->result.registry;
-          r.live += x.live;
-          r.spawned += x.spawned;
-          r.passivated += x.passivated;
-          r.rejected += x.rejected;
-          st->finish();
-        },
-        fail);
-  self->request(n.store, timeout, stats_atom::value)
-    .then(
-      [st](persistence::store_stats& x) {
-        st->result.store = std::move(x);
-        st->finish();
-      },
-      fail);
-  self->request(n.alarm, timeout, stats_atom::value)
-    .then(
-      [st](const alarm_stats& x) {
-        st->result.alarm = x;
-        st->finish();
-      },
-      fail);
-}
-
-caf::behavior gateway_impl(caf::event_based_actor* self) {
-  return {
-    [self](gateway_job& job) { job.run(self); },
-  };
-}
-
-class gateway_service : public node_service {
+class routed_service : public node_service {
 public:
-  gateway_service(caf::actor_system& sys, const node& n,
-                  gateway_actor_options opts,
-                  std::shared_ptr<const cluster_route> cluster = nullptr)
-    : node_(n), opts_(opts), cluster_(std::move(cluster)) {
-    for (size_t i = 0; i < std::max<size_t>(opts.actors, 1); ++i)
-      actors_.push_back(sys.spawn(gateway_impl));
-  }
-
-  ~gateway_service() override {
-    for (auto& hdl : actors_)
-      caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
+  routed_service(caf::actor_system& sys, const node& n,
+                 routed_service_options opts,
+                 std::shared_ptr<const cluster_route> cluster)
+    : node_(n), opts_(opts), cluster_(std::move(cluster)),
+      bridge_(sys, opts.service.actors) {
   }
 
   void claim(claim_request req,
              std::function<void(reply<claim_result>)> done) override {
-    if (cluster_) {
-      // Retries of this attempt (leader changes) carry the same id, so a
-      // claim that committed although its answer was lost is found as ours.
-      req.owner = cluster_->raft->id();
-      req.request_id = next_request_id_.fetch_add(1,
-                                                   std::memory_order_relaxed);
-    }
+    // Retries of this attempt (leader changes) carry the same id, so a
+    // claim that committed although its answer was lost is found as ours.
+    req.owner = cluster_->raft->id();
+    req.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
     post([this, req = std::move(req),
           done = std::move(done)](caf::event_based_actor* self) mutable {
       auto& shard = node_.shard_for(req.route, req.key);
-      if (cluster_) {
-        auto hdl = caf::actor_cast<caf::actor>(shard);
-        // Giving up does not undo a claim that may still commit (its
-        // leader lost leadership with the entry in flight): release it,
-        // should it have committed, so that the sender's retry executes.
-        record_update undo;
-        undo.route = req.route;
-        undo.key = req.key;
-        undo.op = transition::release;
-        undo.request_id = req.request_id;
-        auto undo_for = std::chrono::milliseconds(
-          std::clamp<int64_t>(req.ttl_ms, 1000, 86'400'000));
-        auto on_reply = [this, done = std::move(done), hdl, undo,
-                         undo_for](reply<claim_result> rep) mutable {
-          if (!rep.ok) // cheap when nothing committed: one log entry
-            release_abandoned(hdl, std::move(undo), undo_for);
-          done(std::move(rep));
-        };
-        forward<claim_result>(self, cluster_, [hdl] { return hdl; },
-                              deadline(), std::move(on_reply),
-                              std::make_tuple(claim_atom::value,
-                                              std::move(req)));
-        return;
-      }
-      ask<claim_result>(self, shard, caf::infinite, std::move(done),
-                        claim_atom::value, std::move(req));
+      auto hdl = caf::actor_cast<caf::actor>(shard);
+      // Giving up does not undo a claim that may still commit (its
+      // leader lost leadership with the entry in flight): release it,
+      // should it have committed, so that the sender's retry executes.
+      record_update undo;
+      undo.route = req.route;
+      undo.key = req.key;
+      undo.op = transition::release;
+      undo.request_id = req.request_id;
+      auto undo_for = std::chrono::milliseconds(
+        std::clamp<int64_t>(req.ttl_ms, 1000, 86'400'000));
+      auto on_reply = [this, done = std::move(done), hdl, undo,
+                       undo_for](reply<claim_result> rep) mutable {
+        if (!rep.ok) // cheap when nothing committed: one log entry
+          release_abandoned(hdl, std::move(undo), undo_for);
+        done(std::move(rep));
+      };
+      forward<claim_result>(self, cluster_, [hdl] { return hdl; },
+                            deadline(), std::move(on_reply),
+                            std::make_tuple(claim_atom::value,
+                                            std::move(req)));
     });
   }
 
@@ -263,26 +149,21 @@ public:
     post([this, upd = std::move(upd),
           done = std::move(done)](caf::event_based_actor* self) mutable {
       auto& shard = node_.shard_for(upd.route, upd.key);
-      if (cluster_) {
-        auto hdl = caf::actor_cast<caf::actor>(shard);
-        // A transition that cannot reach a leader in time (a partition)
-        // must still land: the upstream's outcome is known here only.
-        // Keep trying in the background; the update names its record
-        // instance, so a late one cannot touch a successor.
-        auto on_reply = [this, done = std::move(done), hdl,
-                         again = upd](reply<update_result> rep) mutable {
-          if (!rep.ok && rep.error == errc::not_leader)
-            retry_update(hdl, std::move(again), std::chrono::hours(24));
-          done(std::move(rep));
-        };
-        forward<update_result>(self, cluster_, [hdl] { return hdl; },
-                               deadline(), std::move(on_reply),
-                               std::make_tuple(update_atom::value,
-                                               std::move(upd)));
-        return;
-      }
-      ask<update_result>(self, shard, caf::infinite, std::move(done),
-                         update_atom::value, std::move(upd));
+      auto hdl = caf::actor_cast<caf::actor>(shard);
+      // A transition that cannot reach a leader in time (a partition)
+      // must still land: the upstream's outcome is known here only.
+      // Keep trying in the background; the update names its record
+      // instance, so a late one cannot touch a successor.
+      auto on_reply = [this, done = std::move(done), hdl,
+                       again = upd](reply<update_result> rep) mutable {
+        if (!rep.ok && rep.error == errc::not_leader)
+          retry_update(hdl, std::move(again), std::chrono::hours(24));
+        done(std::move(rep));
+      };
+      forward<update_result>(self, cluster_, [hdl] { return hdl; },
+                             deadline(), std::move(on_reply),
+                             std::make_tuple(update_atom::value,
+                                             std::move(upd)));
     });
   }
 
@@ -291,17 +172,12 @@ public:
     post([this, route = std::move(route), key = std::move(key),
           done = std::move(done)](caf::event_based_actor* self) mutable {
       auto& shard = node_.shard_for(route, key);
-      if (cluster_) {
-        auto hdl = caf::actor_cast<caf::actor>(shard);
-        forward<lookup_result>(self, cluster_, [hdl] { return hdl; },
-                               deadline(), std::move(done),
-                               std::make_tuple(get_atom::value,
-                                               std::move(route),
-                                               std::move(key)));
-        return;
-      }
-      ask<lookup_result>(self, shard, caf::infinite, std::move(done),
-                         get_atom::value, std::move(route), std::move(key));
+      auto hdl = caf::actor_cast<caf::actor>(shard);
+      forward<lookup_result>(self, cluster_, [hdl] { return hdl; },
+                             deadline(), std::move(done),
+                             std::make_tuple(get_atom::value,
+                                             std::move(route),
+                                             std::move(key)));
     });
   }
 
@@ -311,25 +187,19 @@ public:
     post([this, route = std::move(route), state, after = std::move(after),
           limit,
           done = std::move(done)](caf::event_based_actor* self) mutable {
-      if (cluster_) {
-        auto hdl = caf::actor_cast<caf::actor>(node_.store);
-        forward<record_page>(self, cluster_, [hdl] { return hdl; },
-                             deadline(), std::move(done),
-                             std::make_tuple(list_atom::value,
-                                             std::move(route), state,
-                                             std::move(after), limit));
-        return;
-      }
-      ask<record_page>(self, node_.store, caf::infinite, std::move(done),
-                       list_atom::value, std::move(route), state,
-                       std::move(after), limit);
+      auto hdl = caf::actor_cast<caf::actor>(node_.store);
+      forward<record_page>(self, cluster_, [hdl] { return hdl; },
+                           deadline(), std::move(done),
+                           std::make_tuple(list_atom::value,
+                                           std::move(route), state,
+                                           std::move(after), limit));
     });
   }
 
   void metrics(std::function<void(node_metrics)> done) override {
     post([this, done = std::move(done)](caf::event_based_actor* self) {
       auto info = cluster();
-      gather_metrics(self, node_, opts_.probe_timeout,
+      gather_metrics(self, node_, opts_.service.probe_timeout,
                      [done, info](node_metrics m) {
                        m.cluster = info;
                        done(std::move(m));
@@ -339,8 +209,6 @@ public:
 
   cluster_info cluster() const override {
     cluster_info res;
-    if (!cluster_)
-      return res;
     auto st = cluster_->raft->status();
     res.enabled = true;
     res.id = cluster_->raft->id();
@@ -369,10 +237,6 @@ public:
 
   void change_cluster(cluster_op op, uint64_t id,
                       std::function<void(reply<uint64_t>)> done) override {
-    if (!cluster_) {
-      node_service::change_cluster(op, id, std::move(done));
-      return;
-    }
     auto front = cluster_->front;
     auto local = [front] { return front; };
     if (op == cluster_op::transfer) {
@@ -420,30 +284,26 @@ public:
 
   void ready(std::function<void(bool, std::string)> done) override {
     post([this, done = std::move(done)](caf::event_based_actor* self) {
-      if (cluster_) {
-        // Ready: the ready leader, or a follower that reaches the leader's
-        // front and has applied everything it knows to be committed.
-        auto st = cluster_->raft->status();
-        if (st.leader_id == 0) {
-          done(false, "no raft leader");
-          return;
-        }
-        if (!st.leader_ready && st.leader_id == cluster_->raft->id()) {
-          done(false, "leader not ready (catching up)");
-          return;
-        }
-        if (st.applied_index < st.commit_index) {
-          done(false, "applying the committed log");
-          return;
-        }
-        if (!st.leader_ready && !cluster_->links->get(self, st.leader_id)) {
-          done(false, "connecting to the leader");
-          return;
-        }
+      // Ready: the ready leader, or a follower that reaches the leader's
+      // front and has applied everything it knows to be committed.
+      auto st = cluster_->raft->status();
+      if (st.leader_id == 0) {
+        done(false, "no raft leader");
+        return;
       }
-      self->request(node_.store, opts_.probe_timeout, next_atom::value)
-        .then([done](int64_t) { done(true, {}); },
-              [done](caf::error&) { done(false, "store not answering"); });
+      if (!st.leader_ready && st.leader_id == cluster_->raft->id()) {
+        done(false, "leader not ready (catching up)");
+        return;
+      }
+      if (st.applied_index < st.commit_index) {
+        done(false, "applying the committed log");
+        return;
+      }
+      if (!st.leader_ready && !cluster_->links->get(self, st.leader_id)) {
+        done(false, "connecting to the leader");
+        return;
+      }
+      probe_store(self, node_, opts_.service.probe_timeout, std::move(done));
     });
   }
 
@@ -537,13 +397,12 @@ private:
     return std::chrono::steady_clock::now() + opts_.leader_wait;
   }
 
-  void post(std::function<void(caf::event_based_actor*)> fn) {
-    auto i = next_.fetch_add(1, std::memory_order_relaxed) % actors_.size();
-    caf::anon_send(actors_[i], gateway_job{std::move(fn)});
+  void post(actor_bridge::job fn) {
+    bridge_.post(std::move(fn));
   }
 
   node node_;
-  gateway_actor_options opts_;
+  routed_service_options opts_;
   mutable std::mutex background_mtx_;
   std::size_t background_ = 0;
   std::size_t background_bytes_ = 0;
@@ -557,29 +416,21 @@ private:
     auto x = (uint64_t{rd()} << 32) ^ rd();
     return x == 0 ? 1 : x;
   }
-  std::vector<caf::actor> actors_;
-  std::atomic<size_t> next_{0};
+  actor_bridge bridge_;
 };
 
 } // namespace
 
 std::unique_ptr<node_service>
-make_gateway_service(caf::actor_system& sys, const node& n,
-                     gateway_actor_options opts) {
-  return std::make_unique<gateway_service>(sys, n, opts);
-}
-
-std::unique_ptr<node_service>
-make_cluster_gateway_service(caf::actor_system& sys,
-                             const cluster::cluster_node& n,
-                             gateway_actor_options opts) {
+make_routed_service(caf::actor_system& sys, const cluster::cluster_node& n,
+                    routed_service_options opts) {
   auto cr = std::make_shared<cluster_route>();
   cr->raft = n.raft;
   cr->front = n.front;
   cr->links = n.links;
   cr->remote_timeout = n.opts.remote_timeout;
   cr->retry_interval = opts.retry_interval;
-  return std::make_unique<gateway_service>(sys, n.local, opts, std::move(cr));
+  return std::make_unique<routed_service>(sys, n.local, opts, std::move(cr));
 }
 
 } // namespace oncegate::gateway

@@ -1,0 +1,86 @@
+#include "service/local_service.hpp"
+
+#include <string>
+#include <utility>
+
+#include "common/atoms.hpp"
+
+namespace oncegate::gateway {
+
+namespace {
+
+class local_service : public node_service {
+public:
+  local_service(caf::actor_system& sys, const node& n, service_options opts)
+    : node_(n), opts_(opts), bridge_(sys, opts.actors) {
+  }
+
+  void claim(claim_request req,
+             std::function<void(reply<claim_result>)> done) override {
+    bridge_.post([this, req = std::move(req),
+                  done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(req.route, req.key);
+      ask<claim_result>(self, shard, caf::infinite, std::move(done),
+                        claim_atom::value, std::move(req));
+    });
+  }
+
+  void update(record_update upd,
+              std::function<void(reply<update_result>)> done) override {
+    bridge_.post([this, upd = std::move(upd),
+                  done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(upd.route, upd.key);
+      ask<update_result>(self, shard, caf::infinite, std::move(done),
+                         update_atom::value, std::move(upd));
+    });
+  }
+
+  void lookup(std::string route, std::string key,
+              std::function<void(reply<lookup_result>)> done) override {
+    bridge_.post([this, route = std::move(route), key = std::move(key),
+                  done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(route, key);
+      ask<lookup_result>(self, shard, caf::infinite, std::move(done),
+                         get_atom::value, std::move(route), std::move(key));
+    });
+  }
+
+  void list(std::string route, record_state state, std::string after,
+            uint32_t limit,
+            std::function<void(reply<record_page>)> done) override {
+    bridge_.post([this, route = std::move(route), state,
+                  after = std::move(after), limit,
+                  done = std::move(done)](caf::event_based_actor* self) mutable {
+      ask<record_page>(self, node_.store, caf::infinite, std::move(done),
+                       list_atom::value, std::move(route), state,
+                       std::move(after), limit);
+    });
+  }
+
+  void metrics(std::function<void(node_metrics)> done) override {
+    bridge_.post([this, done = std::move(done)](caf::event_based_actor* self) {
+      gather_metrics(self, node_, opts_.probe_timeout, std::move(done));
+    });
+  }
+
+  void ready(std::function<void(bool, std::string)> done) override {
+    bridge_.post([this, done = std::move(done)](caf::event_based_actor* self) {
+      probe_store(self, node_, opts_.probe_timeout, std::move(done));
+    });
+  }
+
+private:
+  node node_;
+  service_options opts_;
+  actor_bridge bridge_;
+};
+
+} // namespace
+
+std::unique_ptr<node_service>
+make_local_service(caf::actor_system& sys, const node& n,
+                   service_options opts) {
+  return std::make_unique<local_service>(sys, n, opts);
+}
+
+} // namespace oncegate::gateway
