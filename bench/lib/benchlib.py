@@ -27,31 +27,30 @@
   benchlib.py sqlite-count TABLE DB...
       SELECT count(*) FROM TABLE of each SQLite file, one a line
 
-Every wait is bounded; every process started here is reaped here.
+Every wait is bounded; every process started here is reaped here. Free
+ports and what makes a ready leader or a settled cluster are the drill's
+(tools/oncegate_drill/cluster.py), so bench, tests and drills agree.
 """
 
 import csv
 import http.client
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "tools"))
+from oncegate_drill.cluster import caught_up, free_ports, \
+    ready_leader  # noqa: E402
+
 
 def freeport(n=1):
-    import socket
-    socks = []
-    try:
-        for _ in range(int(n)):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-            print(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
+    for port in free_ports(int(n)):
+        print(port)
 
 
 def scrape(port, timeout=5.0):
@@ -160,13 +159,11 @@ def cluster_wait(timeout, ports):
     start = time.monotonic()
     while True:
         states = [(p,) + cluster_state(p) for p in ports]
-        leaders = [(p, c) for p, _, c in states
-                   if c.get("role") == "leader" and c.get("leader_ready")]
-        if (len(leaders) == 1
-                and all(r == 200 for _, r, _ in states)
-                and all(c.get("leader_id") == leaders[0][1].get("id")
-                        for _, _, c in states)):
-            p, c = leaders[0]
+        lid = None
+        if all(r == 200 and c for _, r, c in states):
+            lid = ready_leader({c.get("id"): c for _, _, c in states})
+        if lid is not None:
+            p, c = [(p, c) for p, _, c in states if c.get("id") == lid][0]
             print("%.3f %s %s %s" % (time.monotonic() - start, p, c["id"],
                                      c.get("term", 0)))
             return 0
@@ -184,14 +181,13 @@ def cluster_settle(timeout, ports):
     start = time.monotonic()
     while True:
         nodes = [cluster_state(p)[1] for p in ports]
-        leaders = [c for c in nodes if c.get("role") == "leader"]
-        if len(leaders) == 1 and all(nodes):
-            last = leaders[0].get("last_index")
-            if all(c.get("applied_index") == last for c in nodes):
-                print("%.3f %s %s %s" % (time.monotonic() - start, last,
-                                         leaders[0].get("id"),
-                                         leaders[0].get("term")))
-                return 0
+        last = caught_up({p: c or None for p, c in zip(ports, nodes)},
+                         "last_index", exact=True)
+        if last is not None:
+            leader = [c for c in nodes if c.get("role") == "leader"][0]
+            print("%.3f %s %s %s" % (time.monotonic() - start, last,
+                                     leader.get("id"), leader.get("term")))
+            return 0
         if time.monotonic() >= deadline:
             print("%.3f %s" % (time.monotonic() - start, " ".join(
                 "%s:%s/%s" % (p, c.get("applied_index"), c.get("last_index"))

@@ -23,8 +23,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,6 +31,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 from test_upstream import TestUpstream  # noqa: E402
+from oncegate_drill.base import http_call, wait_until  # noqa: E402
+from oncegate_drill.cluster import Cluster, LocalNode, free_ports  # noqa
+from oncegate_drill.config import peer_entry  # noqa: E402
 
 BODY_PAD = 60 * 1024
 ANSWER_PAD = 60 * 1024
@@ -47,16 +48,6 @@ MAX_RESPONSE = 64 * 1024
 KIB = 1024
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def rss_kib(pid):
     try:
         with open("/proc/%d/status" % pid) as f:
@@ -68,37 +59,22 @@ def rss_kib(pid):
     return 0
 
 
-class Proc:
-    def __init__(self, bin_, data, args):
-        os.makedirs(data, exist_ok=True)
+class Proc(LocalNode):
+    """One flooded node (the drill's LocalNode on port 0), started at once."""
+
+    start_timeout = 60.0
+    start_marker = None
+
+    def __init__(self, bin_, data, args, node_id=None):
+        super().__init__(node_id, "127.0.0.1", 0, data, None, data,
+                         [bin_, "--http-port=0", "--data-dir=" + data,
+                          "--log-level=warn"] + args)
         self.data = data
-        log = open(os.path.join(data, "node.log"), "ab")
-        self.proc = subprocess.Popen(
-            [bin_, "--http-port=0", "--data-dir=" + data, "--log-level=warn"]
-            + args, stdout=subprocess.PIPE, stderr=log,
-            stdin=subprocess.DEVNULL)
-        log.close()
-        line = {}
-        reader = threading.Thread(
-            target=lambda: line.update(t=self.proc.stdout.readline()),
-            daemon=True)
-        reader.start()
-        reader.join(60)
-        text = line.get("t", b"").decode()
-        if not text.startswith("oncegate ready http="):
-            self.proc.kill()
-            raise RuntimeError("node did not start: %r" % text)
-        self.port = int(text.strip().rsplit(":", 1)[1])
-        self.pid = self.proc.pid
+        self.start()
 
     def get(self, path):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-        try:
-            c.request("GET", path)
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
+        status, _, body = self.call("GET", path, timeout=5)
+        return status, body
 
     def metric(self, name):
         status, body = self.get("/metrics")
@@ -108,21 +84,12 @@ class Proc:
         return None
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.send_term()
+        self.wait_exit(60)
 
 
 def wait_for(pred, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
+    return bool(wait_until(pred, timeout, interval))
 
 
 def route_ini(upstream_url):
@@ -149,31 +116,20 @@ def start_single(bin_, tmp, url):
 def start_cluster(bin_, tmp, url):
     ports = free_ports(6)
     ini = os.path.join(tmp, "cluster.ini")
-    peers = ",".join('"%d=127.0.0.1:%d,127.0.0.1:%d"'
-                     % (i, ports[2 * (i - 1)], ports[2 * (i - 1) + 1])
-                     for i in (1, 2, 3))
+    peers = ",".join(peer_entry(i, "127.0.0.1", ports[2 * (i - 1)],
+                                ports[2 * (i - 1) + 1]) for i in (1, 2, 3))
     with open(ini, "w") as f:
         f.write(route_ini(url))
         f.write("[cluster]\npeers=[%s]\nelection-timeout=500ms\n"
                 "heartbeat-timeout=50ms\nmax-log-bytes=%d\n"
                 % (peers, LOG_BYTES))
     nodes = [Proc(bin_, os.path.join(tmp, "node%d" % i),
-                  node_args(ini) + ["--cluster.id=%d" % i])
+                  node_args(ini) + ["--cluster.id=%d" % i], i)
              for i in (1, 2, 3)]
-
-    def leader():
-        for n in nodes:
-            try:
-                status, _ = n.get("/readyz")
-                if status == 200 and n.metric("oncegate_raft_is_leader") == 1:
-                    return n
-            except OSError:
-                pass
-        return None
-
-    if not wait_for(lambda: leader() is not None, 60):
+    lid = Cluster(nodes).wait_leader(timeout=60)
+    if lid is None:
         raise RuntimeError("no ready leader")
-    lead = leader()
+    lead = nodes[lid - 1]
     nodes.remove(lead)
     return [lead] + nodes  # the leader first: senders talk to it
 

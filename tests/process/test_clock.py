@@ -14,8 +14,6 @@ Skipped when libfaketime is not installed (Debian: apt-get install
 faketime).
 """
 
-import importlib.machinery
-import importlib.util
 import os
 import sqlite3
 import subprocess
@@ -27,21 +25,12 @@ import unittest
 from harness import Node, TempDir, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DRILL = os.path.join(HERE, "..", "..", "tools", "oncegate-drill")
-
-
-def load_drill():
-    """tools/oncegate-drill as a module: its FakeClock is the one way to run
-    a node under libfaketime."""
-    loader = importlib.machinery.SourceFileLoader("oncegate_drill", DRILL)
-    spec = importlib.util.spec_from_loader("oncegate_drill", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-drill = load_drill()
-LIB = drill.find_libfaketime()
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+# The drill package's clock module is the one way to run a node under
+# libfaketime.
+from oncegate_drill import clock  # noqa: E402
+from oncegate_drill.verdict import iso_ms  # noqa: E402
+LIB = clock.find_libfaketime()
 
 HOUR = 3600
 TTL_MS = HOUR * 1000
@@ -56,7 +45,7 @@ KEYS = 20
 class ClockTest(unittest.TestCase):
     def setUp(self):
         self.tmp = TempDir()
-        self.clock = drill.FakeClock(os.path.join(self.tmp.path, "clocks"),
+        self.clock = clock.FakeClock(os.path.join(self.tmp.path, "clocks"),
                                      LIB)
         self.assertIsNone(self.clock.shim_error)
         self.pids = []
@@ -70,7 +59,7 @@ class ClockTest(unittest.TestCase):
             self.node.kill()
         finally:
             for pid in self.pids:
-                drill.FakeClock.forget(pid)
+                clock.FakeClock.forget(pid)
             self.tmp.cleanup()
 
     # -- helpers --------------------------------------------------------------
@@ -142,9 +131,9 @@ class ClockTest(unittest.TestCase):
         first, expires = self.records()[key]
         self.assertLess(abs(first - sent_ms), STAMP_TOLERANCE_S * 1000, (
             "%s: %s first_seen %s is %+.1fs from the real time of its "
-            "request %s" % (when, key, drill.iso_ms(first),
+            "request %s" % (when, key, iso_ms(first),
                             (first - sent_ms) / 1000.0,
-                            drill.iso_ms(sent_ms))))
+                            iso_ms(sent_ms))))
         self.assertEqual(expires - first, TTL_MS,
                          "%s: expires_at is not first_seen + 1h" % when)
 
@@ -157,7 +146,7 @@ class ClockTest(unittest.TestCase):
         script = ("import sys, time\n"
                   "for line in sys.stdin:\n"
                   "    print(time.time(), time.monotonic(), flush=True)\n")
-        env = dict(drill.FakeClock.clean_environ(os.environ),
+        env = dict(clock.FakeClock.clean_environ(os.environ),
                    **self.clock.env("probe"))
         proc = subprocess.Popen([sys.executable, "-c", script], env=env,
                                 stdin=subprocess.PIPE,
@@ -182,7 +171,7 @@ class ClockTest(unittest.TestCase):
             proc.kill()
             proc.wait()
             proc.stdout.close()
-            drill.FakeClock.forget(proc.pid)
+            clock.FakeClock.forget(proc.pid)
         for (skew, _), offset in zip(seen, (0, 2 * HOUR, -2 * HOUR, 0)):
             self.assertAlmostEqual(skew, offset, delta=2.0)
         monos = [m for _, m in seen]
@@ -224,7 +213,7 @@ class ClockTest(unittest.TestCase):
         for n, step in enumerate((+2, -4, +4, -4, +2)):
             self.step(step * HOUR)
             when = "step %d (%+dh, now %s)" % (
-                n + 1, step, drill.format_offset(self.clock.offset("node")))
+                n + 1, step, clock.format_offset(self.clock.offset("node")))
             batch = {}
             for i in range(5):
                 key = "swing-%d-%d" % (n, i)
@@ -257,12 +246,12 @@ class ClockTest(unittest.TestCase):
         self.assertGreaterEqual(first, latest, (
             "restarted 2h behind: a new record's first_seen %s is before the "
             "latest one before the restart %s: the clock went back"
-            % (drill.iso_ms(first), drill.iso_ms(latest))))
+            % (iso_ms(first), iso_ms(latest))))
         # The store's clock stands at the latest time applied until the
         # node's clock passes it: seconds behind here, never 2 h.
         self.assertLess(sent - first, 60 * 1000, (
             "restarted 2h behind: first_seen %s is %.1fs before the real time"
-            % (drill.iso_ms(first), (sent - first) / 1000.0)))
+            % (iso_ms(first), (sent - first) / 1000.0)))
         self.assertEqual(expires - first, TTL_MS)
         self.assertEqual(self.node.stop(), 0)
 

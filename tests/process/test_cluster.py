@@ -20,15 +20,15 @@ What must hold:
 Every node gets its own INI (free ports picked up front), data dir and log
 file in a temp dir; the tail of every log is printed when a test fails.
 Every wait is a bounded poll; every process is killed in tearDown (and at
-exit, should the interpreter get there first).
+exit, should the interpreter get there first). The nodes, the [cluster]
+text and the status rules are the drill's (tools/oncegate_drill: cluster.py,
+config.py); ClusterNode and Cluster add what these tests assert on.
 """
 
 import atexit
 import contextlib
 import json
 import os
-import signal
-import socket
 import sqlite3
 import sys
 import threading
@@ -36,11 +36,16 @@ import time
 import unittest
 import http.client
 
-from harness import Node, TempDir, wait_for
+from harness import BIN, Node, TempDir, wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
                                 "tools"))
 from test_upstream import TestUpstream  # noqa: E402
+from oncegate_drill import cluster as drill_cluster  # noqa: E402
+from oncegate_drill.base import TRANSPORT_ERRORS, http_call  # noqa: E402
+from oncegate_drill.cluster import caught_up, free_ports  # noqa: E402
+from oncegate_drill.config import cluster_section, peer_entry  # noqa: E402
+from oncegate_drill.verdict import COMPLETED, IN_DOUBT, IN_FLIGHT  # noqa: F401,E402
 
 ROUTE = "orders"  # forwards to the counting upstream
 # A new leader must serve within this long of losing the old one.
@@ -52,7 +57,6 @@ CONVERGE_TIMEOUT = 20.0
 # tests index rows by them).
 RECORD_COLUMNS = ("route,key,state,fingerprint,status,response,first_seen_ms,"
                   "expires_at_ms,headers,signal,owner,request_id")
-IN_FLIGHT, COMPLETED, IN_DOUBT = 0, 1, 2  # records.state
 
 _live = set()  # every started node, killed at exit whatever happened
 
@@ -66,29 +70,23 @@ def _kill_leftovers():
             pass
 
 
-def free_ports(n):
-    """n distinct free TCP ports on 127.0.0.1 (all bound at once, so they
-    differ; released just before the nodes bind them)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+class ClusterNode(drill_cluster.LocalNode):
+    """One cluster member: its INI file, data dir and log (the drill's
+    LocalNode on port 0, with harness.Node's `request`, `log` and `stop`).
+    `bin` and `env` may be changed before a start."""
 
+    start_marker = None
+    port_from_ready_line = True
 
-class ClusterNode(Node):
-    """One cluster member: its INI file, data dir and log."""
+    def __init__(self, data_dir, ini, node_id=None, bin=None, env=None):
+        super().__init__(node_id, "127.0.0.1", None, data_dir, ini,
+                         data_dir, None, env=env)
+        self.bin = bin  # another build of the node; default harness.BIN
 
-    def __init__(self, data_dir, ini):
-        super().__init__(data_dir, "--config-file=" + ini,
-                         "--log-level=info")
-        self.ini = ini
-        self.stopped = False  # SIGSTOPped
+    def command(self):
+        return [self.bin or BIN, "--http-port=0",
+                "--data-dir=" + self.data_dir, "--log-level=warn",
+                "--config-file=" + self.ini, "--log-level=info"]
 
     def start(self):
         super().start()
@@ -96,21 +94,40 @@ class ClusterNode(Node):
         return self
 
     def kill(self):
-        self.stopped = False
         super().kill()
         _live.discard(self)
 
-    def sigstop(self):
-        self.proc.send_signal(signal.SIGSTOP)
-        self.stopped = True
+    def stop(self):
+        """SIGTERM, then wait; returns the exit code."""
+        if self.proc is None:
+            return None
+        code = self.term()
+        _live.discard(self)
+        if code is None:
+            raise RuntimeError("node did not stop within %ss"
+                               % drill_cluster.STOP_TIMEOUT)
+        return code
 
-    def sigcont(self):
-        self.proc.send_signal(signal.SIGCONT)
-        self.stopped = False
+    sigstop = drill_cluster.LocalNode.hang
+    sigcont = drill_cluster.LocalNode.resume
+
+    @property
+    def stopped(self):  # SIGSTOPped
+        return self.state == "hung"
 
     @property
     def running(self):
         return self.proc is not None
+
+    log = Node.log  # the tail of the log, as harness.Node's
+
+    def request(self, method, path, body=None, headers=None, timeout=10.0):
+        """Returns (status, headers dict with lower-case names, body bytes)."""
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        hdrs = {"Content-Type": "application/json"}
+        hdrs.update(headers or {})
+        return self.call(method, path, body, hdrs, timeout)
 
     def get_json(self, path, timeout=1.0):
         """GET a JSON document; None when the node does not answer."""
@@ -118,7 +135,7 @@ class ClusterNode(Node):
             return None
         try:
             status, _, body = self.request("GET", path, timeout=timeout)
-        except (OSError, http.client.HTTPException):
+        except TRANSPORT_ERRORS:
             return None
         if status != 200:
             return None
@@ -166,22 +183,20 @@ class ClusterNode(Node):
             return 0
 
 
-class Cluster:
+class Cluster(drill_cluster.Cluster):
     """Up to `peers` nodes on loopback, ids 1..peers; each node's INI lists
-    the peers it is told to (`add`)."""
+    the peers it is told to (`add`). The waits raise AssertionError."""
 
     def __init__(self, root, upstream_url, peers=3):
+        super().__init__()
         self.root = root
         self.upstream_url = upstream_url
         ports = free_ports(2 * peers)
-        self.peer_lines = [
-            '"%d=127.0.0.1:%d,127.0.0.1:%d"' % (i + 1, ports[2 * i],
-                                              ports[2 * i + 1])
-            for i in range(peers)]
-        self.nodes = {}
+        self.peer_lines = [peer_entry(i + 1, "127.0.0.1", ports[2 * i],
+                                      ports[2 * i + 1])
+                           for i in range(peers)]
 
     def ini_text(self, node_id, peer_ids, join=False):
-        peers = ",\n  ".join(self.peer_lines[i - 1] for i in peer_ids)
         return """
 [global]
 http-host="127.0.0.1"
@@ -192,19 +207,9 @@ policy='sharing'
 
 [route.{route}]
 upstream="{url}"
-
-[cluster]
-id={id}
-peers=[
-  {peers}
-]
-join={join}
-election-timeout=500ms
-heartbeat-timeout=50ms
-remote-timeout=1s
-leader-wait=3s
-""".format(route=ROUTE, url=self.upstream_url, id=node_id, peers=peers,
-           join="true" if join else "false")
+""".format(route=ROUTE, url=self.upstream_url) + cluster_section(
+            node_id, [self.peer_lines[i - 1] for i in peer_ids],
+            remote_timeout="1s", join=join)
 
     def add(self, node_id, peer_ids, join=False):
         """Writes node `node_id`'s INI (peers: ids listed in cluster.peers)
@@ -215,15 +220,15 @@ leader-wait=3s
         with open(ini, "w") as f:
             f.write(self.ini_text(node_id, peer_ids, join))
         if node_id not in self.nodes:
-            self.nodes[node_id] = ClusterNode(data, ini)
+            self.nodes[node_id] = ClusterNode(data, ini, node_id)
         return self.nodes[node_id]
 
     def node(self, node_id):
         return self.nodes[node_id]
 
     def running(self):
-        return [i for i, n in sorted(self.nodes.items())
-                if n.running and not n.stopped]
+        """Ids of the nodes running and not SIGSTOPped."""
+        return self.serving()
 
     def kill_all(self):
         for n in self.nodes.values():
@@ -242,41 +247,21 @@ leader-wait=3s
     def ready_leader(self, ids=None):
         """The id of a node among `ids` that says it is the ready leader and
         that every other answering node in `ids` names as leader; or None."""
-        st = self.statuses(ids)
-        leaders = [i for i, s in st.items()
-                   if s and s["role"] == "leader" and s["leader_ready"]]
-        if len(leaders) != 1:
-            return None
-        lid = leaders[0]
-        if all(s is None or s["leader_id"] == lid for s in st.values()):
-            return lid
-        return None
+        return self.leader(ids)
 
     def wait_leader(self, ids=None, timeout=START_TIMEOUT):
-        found = {}
-
-        def probe():
-            found["id"] = self.ready_leader(ids)
-            return found["id"] is not None
-
-        if not wait_for(probe, timeout, 0.02):
+        lid = super().wait_leader(ids, timeout, 0.02)
+        if lid is None:
             raise AssertionError("no ready leader among %s within %ss: %s"
                                  % (ids or self.running(), timeout,
                                     self.statuses(ids)))
-        return found["id"]
+        return lid
 
     def wait_ready(self, ids=None, timeout=START_TIMEOUT):
         """Every node in `ids` answers /readyz 200."""
         ids = self.running() if ids is None else ids
-
-        def ready(i):
-            try:
-                return self.nodes[i].request("GET", "/readyz",
-                                             timeout=2)[0] == 200
-            except (OSError, http.client.HTTPException):
-                return False
-
-        if not wait_for(lambda: all(ready(i) for i in ids), timeout, 0.05):
+        if not wait_for(lambda: all(self.ready(i, 2) for i in ids), timeout,
+                        0.05):
             raise AssertionError("not ready within %ss: %s"
                                  % (timeout, self.statuses(ids)))
 
@@ -287,14 +272,8 @@ leader-wait=3s
         last = {}
 
         def converged():
-            st = self.statuses(ids)
-            if any(s is None for s in st.values()):
-                return False
-            leaders = [s for s in st.values() if s["role"] == "leader"]
-            if len(leaders) != 1:
-                return False
-            commit = leaders[0]["commit_index"]
-            if any(s["applied_index"] != commit for s in st.values()):
+            commit = caught_up(self.statuses(ids), exact=True)
+            if commit is None:
                 last.clear()
                 return False
             if last.get("commit") == commit:
@@ -381,17 +360,11 @@ class Traffic:
         port = node.port
         if not node.running or port is None:
             raise ConnectionRefusedError("node %d is down" % node_id)
-        conn = http.client.HTTPConnection("127.0.0.1", port,
-                                          timeout=self.TIMEOUT)
-        try:
-            conn.request("POST", "/v1/webhook/" + ROUTE, body=body,
-                         headers={"Content-Type": "application/json",
-                                  "Idempotency-Key": key})
-            res = conn.getresponse()
-            data = res.read()
-            return res.status, data
-        finally:
-            conn.close()
+        status, _, data = http_call(
+            "127.0.0.1", port, "POST", "/v1/webhook/" + ROUTE, body,
+            {"Content-Type": "application/json", "Idempotency-Key": key},
+            self.TIMEOUT)
+        return status, data
 
     def _sender(self, s):
         for i in range(self.MAX_KEYS):

@@ -10,7 +10,6 @@ test, so they do not depend on each other or on their order.
 import base64
 import datetime
 import hashlib
-import hmac
 import http.client
 import json
 import math
@@ -30,6 +29,10 @@ from harness import Node, TempDir, wait_for
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
                                 "tools"))
 from test_upstream import TestUpstream  # noqa: E402
+# What the gateway derives and how senders sign: the one Python copy.
+from oncegate_drill.keys import (body_key, canonical_fingerprint,  # noqa
+                                 derived_key, forwarded_key,
+                                 github_signature, sw_signature)
 
 PROBLEM = "https://oncegate.dev/problems/"
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -155,54 +158,9 @@ def unique(prefix="k"):
     return "%s-%s" % (prefix, uuid.uuid4().hex[:16])
 
 
-def derived_key(exchange, symbol, action, ms):
-    """v1 joins the fields with `|`; a field holding `|` takes v2, which
-    prefixes each field with its length in bytes."""
-    fields = [exchange, symbol, action, str(ms)]
-    if any("|" in f for f in fields):
-        material = "v2" + "".join(
-            "|%d:%s" % (len(f.encode()), f) for f in fields)
-    else:
-        material = "v1|" + "|".join(fields)
-    return hashlib.sha256(material.encode()).hexdigest()
-
-
-def body_key(data):
-    """The key of a github delivery: the SHA-256 of the signed body."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def forwarded_key(key):
-    """The Idempotency-Key an upstream sees for `key`."""
-    if (key and all(0x20 <= ord(c) <= 0x7E for c in key)
-            and key[0] != " " and key[-1] != " "
-            and not key.lower().startswith("sha256:")):
-        return key
-    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
-
-
-def canonical_fingerprint(doc):
-    """SHA-256 hex of the canonical form, for simple ASCII bodies."""
-    doc = {k: v for k, v in doc.items()
-           if k not in ("passphrase", "secret", "token")}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def parse_time(text):
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=datetime.timezone.utc)
-
-
-def github_signature(secret, body):
-    return "sha256=" + hmac.new(secret.encode(), body,
-                                hashlib.sha256).hexdigest()
-
-
-def sw_signature(key, msg_id, timestamp, body):
-    content = ("%s.%s." % (msg_id, timestamp)).encode() + body
-    return "v1," + base64.b64encode(
-        hmac.new(key, content, hashlib.sha256).digest()).decode()
 
 
 def to_bytes(body):

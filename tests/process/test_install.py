@@ -37,6 +37,15 @@ class InstallTest(unittest.TestCase):
         for rel in ("bin/oncegate", "bin/oncegate-drill"):
             self.assertTrue(os.access(self.path(rel), os.X_OK), rel)
 
+    def test_the_installed_drill_runs_from_its_installed_package(self):
+        # Run from elsewhere, with the source tree's package out of reach:
+        # the entry point must find share/oncegate/python/oncegate_drill.
+        res = subprocess.run([self.path("bin", "oncegate-drill"), "--list"],
+                             capture_output=True, timeout=30,
+                             cwd=self.tmp.path)
+        self.assertEqual(res.returncode, 0, res.stderr.decode())
+        self.assertIn(b"kill-leader", res.stdout)
+
     def test_installed_binary_accepts_the_installed_config(self):
         res = subprocess.run([self.path("bin", "oncegate"), "--check-config",
                               self.path("etc", "oncegate", "oncegate.ini")],

@@ -11,8 +11,6 @@ the mutant `log-request-body`.
 """
 
 import base64
-import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -27,6 +25,7 @@ from harness import Node, TempDir
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
                                 "tools"))
 from test_upstream import TestUpstream  # noqa: E402
+from oncegate_drill.keys import github_signature, sw_signature  # noqa
 
 
 def marker(name):
@@ -123,8 +122,7 @@ token="{admin}"
         # GitHub route: signed, and signed with a wrong secret.
         data = json.dumps({"note": m["ghbody"]}).encode()
         for secret, status in ((m["ghsecret"], 200), ("wrong", 401)):
-            sig = "sha256=" + hmac.new(secret.encode(), data,
-                                       hashlib.sha256).hexdigest()
+            sig = github_signature(secret, data)
             self.secrets["ghsig-%d" % status] = sig[7:]
             check(post("POST", "/v1/webhook/gh", data,
                        {"X-Hub-Signature-256": sig,
@@ -133,9 +131,7 @@ token="{admin}"
         data = json.dumps({"note": m["swbody"]}).encode()
         ts = str(int(time.time()))
         for key, status in ((self.sw_key, 200), (b"wrong-key", 401)):
-            sig = base64.b64encode(hmac.new(
-                key, b"sw-1." + ts.encode() + b"." + data,
-                hashlib.sha256).digest()).decode()
+            sig = sw_signature(key, "sw-1", ts, data)[len("v1,"):]
             self.secrets["swsig-%d" % status] = sig
             check(post("POST", "/v1/webhook/sw", data,
                        {"webhook-id": "sw-1", "webhook-timestamp": ts,

@@ -1,0 +1,402 @@
+"""Local clusters: the one Python way to run oncegate nodes. A node
+process (LocalNode: start and wait for its ready line, SIGKILL, SIGTERM,
+SIGSTOP/SIGCONT, exit codes, logs), remote nodes (Endpoint), and the
+cluster's view of them (Cluster: GET /v1/cluster, /readyz, the ready
+leader, convergence), with free ports and the status rules shared by the
+drill, tests/process/test_cluster.py (its ClusterNode and Cluster build on
+these) and bench/lib (benchlib.py, flood.py). scripts/cluster.sh is the
+operator's shell tool for a shipped config dir; this module is the
+canonical one for code.
+
+Lives here: processes and what their HTTP status endpoints say. Must not:
+write INI files (config.py), send webhook traffic (traffic.py) or judge
+(verdict.py).
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+from .base import TRANSPORT_ERRORS, DrillError, http_call, log, wait_until
+from .clock import FakeClock
+
+START_TIMEOUT = 20.0  # a node prints its ready line within this long
+STOP_TIMEOUT = 20.0  # SIGTERM to exit (a clean stop drains requests)
+STATUS_TIMEOUT = 1.0  # one GET /v1/cluster or /readyz
+LEADER_TIMEOUT = 15.0  # a fault that targets the leader waits for one
+
+
+def pdeathsig_prefix():
+    """Children die with the drill (even if it is SIGKILLed, e.g. by a CTest
+    timeout): `setpriv --pdeathsig KILL` when util-linux has it. The signal
+    follows the *thread* that spawned the child, so every spawn happens on
+    the main thread."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return []
+    try:
+        out = subprocess.run([setpriv, "--help"], capture_output=True,
+                             text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [setpriv, "--pdeathsig", "KILL", "--"] if "pdeathsig" in out else []
+
+
+def assert_main_thread():
+    assert threading.current_thread() is threading.main_thread(), \
+        "children are spawned on the main thread (parent-death signal)"
+
+
+def free_ports(n):
+    """n distinct free TCP ports on 127.0.0.1 (bound together, so they
+    differ; released just before the nodes bind them)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+
+def port_free(host, port):
+    s = socket.socket()
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+# -- what /v1/cluster says -----------------------------------------------------
+
+def ready_leader(statuses):
+    """{node id: /v1/cluster document or None}: the id of the one node
+    that is the ready leader and that every answering node names as
+    leader; None when there is none or no agreement."""
+    st = {i: s for i, s in statuses.items() if s}
+    leaders = [i for i, s in st.items()
+               if s.get("role") == "leader" and s.get("leader_ready")]
+    if len(leaders) != 1:
+        return None
+    lid = leaders[0]
+    if all(s.get("leader_id") == lid for s in st.values()):
+        return lid
+    return None
+
+
+def caught_up(statuses, index="commit_index", exact=False):
+    """The leader's `index` (commit_index, last_index) when every node in
+    `statuses` answered, exactly one is the leader and every node has
+    applied that index (`exact`: no more, no less); else None."""
+    if any(s is None for s in statuses.values()):
+        return None
+    leaders = [s for s in statuses.values() if s.get("role") == "leader"]
+    if len(leaders) != 1:
+        return None
+    target = leaders[0][index]
+    if all(s["applied_index"] == target if exact
+           else s["applied_index"] >= target for s in statuses.values()):
+        return target
+    return None
+
+
+# -- nodes --------------------------------------------------------------------
+
+class Endpoint:
+    """Where a node's HTTP listener is; the same for local and remote nodes."""
+
+    def __init__(self, node_id, host, port, data_dir=None):
+        self.id = node_id
+        self.host = host
+        self.port = port
+        self.data_dir = data_dir
+
+    @property
+    def url(self):
+        return "http://%s:%d" % (self.host, self.port)
+
+    @property
+    def can_serve(self):
+        return True
+
+    @property
+    def controllable(self):
+        return False
+
+    def call(self, method, path, body=None, headers=None, timeout=10.0):
+        """One request to the node: (status, headers, body)."""
+        return http_call(self.host, self.port, method, path, body, headers,
+                         timeout)
+
+
+class LocalNode(Endpoint):
+    """One oncegate process the drill controls. stdout (the ready line) and
+    stderr (the log) go to files, so nothing can block on a full pipe. A
+    node started on port 0 takes the port its ready line names.
+
+    States: down --start--> up --hang--> hung --resume--> up; kill from up
+    or hung, term from up (a hung node is resumed first) lead to down."""
+
+    start_timeout = START_TIMEOUT
+    # True: every start takes its port from the ready line (a node on
+    # --http-port=0); else only a node created with port 0 does.
+    port_from_ready_line = False
+    # Written to the log before every start (None: nothing).
+    start_marker = b"----- drill: start %d -----\n"
+
+    def __init__(self, node_id, host, port, data_dir, ini, node_dir, argv,
+                 wrap=None, env=None):
+        super().__init__(node_id, host, port, data_dir)
+        self.ini = ini
+        self.log_path = os.path.join(node_dir, "node.log")
+        self.out_path = os.path.join(node_dir, "node.out")
+        self.argv = argv
+        self.wrap = wrap or (lambda a: a)
+        self.env = env  # extra environment (libfaketime), or None
+        self.proc = None
+        self.state = "down"
+        self.starts = 0
+        self.exits = []  # exit codes of earlier processes (None: killed)
+
+    @property
+    def can_serve(self):
+        return self.state == "up"
+
+    @property
+    def controllable(self):
+        return True
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def command(self):
+        """The command line of the next start."""
+        return self.wrap(self.argv)
+
+    def start(self, prefix=()):
+        """Starts the process (`prefix`: pdeathsig_prefix(), then every
+        start must happen on the main thread) and waits for its ready
+        line; DrillError when there is none."""
+        if prefix:
+            assert_main_thread()
+        os.makedirs(self.data_dir, exist_ok=True)
+        with open(self.log_path, "ab") as err, \
+                open(self.out_path, "wb") as out:
+            if self.start_marker:
+                err.write(self.start_marker % (self.starts + 1))
+                err.flush()
+            env = None
+            if self.env:
+                env = dict(FakeClock.clean_environ(os.environ), **self.env)
+            self.proc = subprocess.Popen(
+                list(prefix) + self.command(), stdout=out, stderr=err,
+                stdin=subprocess.DEVNULL, env=env)
+        self.starts += 1
+        ready = wait_until(self._ready_line, self.start_timeout, 0.01)
+        code = self.proc.poll()
+        if not ready or code is not None:
+            self.kill()
+            raise DrillError("node %s did not start (exit %s); log %s:\n%s"
+                             % (self.id, code, self.log_path, self.log_tail()))
+        if self.reads_port():
+            self.port = int(ready.strip().rsplit(":", 1)[1])
+        self.state = "up"
+
+    def reads_port(self):
+        return self.port_from_ready_line or not self.port
+
+    def _ready_line(self):
+        """The ready line, True when the process exited, else None."""
+        if self.proc.poll() is not None:
+            return True  # exited: reported by the caller
+        try:
+            with open(self.out_path) as f:
+                for line in f:
+                    at = line.find("oncegate ready http=")
+                    # Whole, when the port is still to be read from it.
+                    if at >= 0 and (line.endswith("\n")
+                                    or not self.reads_port()):
+                        return line[at:]
+        except OSError:
+            pass
+        return None
+
+    def log_tail(self, n=30):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def _reap(self, code):
+        if self.env and self.proc is not None:
+            FakeClock.forget(self.proc.pid)
+        self.exits.append(code)
+        self.proc = None
+        self.state = "down"
+
+    def kill(self):
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        self._reap(None)
+
+    def term(self):
+        """SIGTERM and wait (a clean stop); SIGKILL after STOP_TIMEOUT.
+        Returns the exit code, None when it had to be killed."""
+        self.send_term()
+        return self.wait_exit(STOP_TIMEOUT)
+
+    def send_term(self):
+        if self.proc is None:
+            return
+        if self.state == "hung":
+            self.resume()
+        self.proc.send_signal(signal.SIGTERM)
+
+    def wait_exit(self, timeout):
+        if self.proc is None:
+            return 0
+        try:
+            code = self.proc.wait(max(0.0, timeout))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            code = None
+        self._reap(code)
+        return code
+
+    def log_lines(self, text):
+        """Lines of the whole log that contain `text`."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return [line.rstrip() for line in f if text in line]
+        except OSError:
+            return []
+
+    def hang(self):
+        self.proc.send_signal(signal.SIGSTOP)
+        self.state = "hung"
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+        self.state = "up"
+
+    def check_alive(self):
+        """A node that exited by itself (a crash) is down; returns its code."""
+        if self.proc is not None and self.proc.poll() is not None:
+            code = self.proc.returncode
+            self._reap(code)
+            return code
+        return None
+
+
+class Cluster:
+    """The nodes under test, local (controlled) or remote (`--targets`)."""
+
+    def __init__(self, nodes=(), admin_token=None, single=False):
+        self.nodes = {n.id: n for n in nodes}
+        self.admin_token = admin_token
+        self.single = single
+        self.crashes = []  # (node id, exit code) of nodes that died alone
+
+    def ids(self):
+        return sorted(self.nodes)
+
+    def serving(self):
+        return [i for i in self.ids() if self.nodes[i].can_serve]
+
+    def get(self, node_id, path, timeout=STATUS_TIMEOUT):
+        """GET path as JSON: (status, doc); (None, None) when no answer."""
+        n = self.nodes[node_id]
+        if not n.can_serve:
+            return None, None
+        headers = {}
+        if self.admin_token:
+            headers["Authorization"] = "Bearer " + self.admin_token
+        try:
+            status, _, body = n.call("GET", path, headers=headers,
+                                     timeout=timeout)
+            return status, json.loads(body or b"null")
+        except (TRANSPORT_ERRORS + (ValueError,)):
+            return None, None
+
+    def post(self, node_id, path, timeout=10.0):
+        n = self.nodes[node_id]
+        headers = {"Content-Length": "0"}
+        if self.admin_token:
+            headers["Authorization"] = "Bearer " + self.admin_token
+        try:
+            status, _, body = n.call("POST", path, b"", headers, timeout)
+            return status, body
+        except TRANSPORT_ERRORS as e:
+            return None, repr(e).encode()
+
+    def status(self, node_id):
+        status, doc = self.get(node_id, "/v1/cluster")
+        return doc if status == 200 and isinstance(doc, dict) else None
+
+    def statuses(self, ids=None):
+        return {i: self.status(i) for i in (ids or self.serving())}
+
+    def ready(self, node_id, timeout=STATUS_TIMEOUT):
+        return self.get(node_id, "/readyz", timeout)[0] == 200
+
+    def leader(self, ids=None):
+        """The ready leader that every answering node among `ids` (default:
+        the serving ones) names; None when there is none (or no agreement
+        yet). A single node leads."""
+        if self.single:
+            ids = self.serving()
+            return ids[0] if ids and self.ready(ids[0]) else None
+        return ready_leader(self.statuses(ids))
+
+    def wait_leader(self, ids=None, timeout=LEADER_TIMEOUT, interval=0.05):
+        """The leader (see `leader`) once there is one; None after
+        `timeout` seconds."""
+        return wait_until(lambda: self.leader(ids), timeout, interval)
+
+    def converged(self, ids):
+        """Every node in ids is ready and has applied the leader's commit
+        index (single node: ready)."""
+        if not all(self.ready(i) for i in ids):
+            return False
+        if self.single:
+            return True
+        return caught_up(self.statuses(ids)) is not None
+
+    def wait_converged(self, ids, timeout):
+        """Converged twice in a row, 0.2 s apart (nothing left in flight)."""
+        deadline = time.monotonic() + timeout
+        streak = 0
+        while time.monotonic() < deadline:
+            streak = streak + 1 if self.converged(ids) else 0
+            if streak >= 2:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def reap_crashes(self):
+        """Notes nodes that exited on their own (a product crash)."""
+        for n in self.nodes.values():
+            if n.controllable:
+                code = n.check_alive()
+                if code is not None:
+                    self.crashes.append((n.id, code))
+                    log("drill: node %d exited by itself with code %s"
+                        % (n.id, code))
