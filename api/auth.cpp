@@ -90,16 +90,12 @@ enum class timestamp_check { valid, malformed, stale };
 
 timestamp_check check_timestamp(std::string_view text, int64_t now_s,
                                 int64_t tolerance_s) {
-  if (text.empty() || text.size() > max_timestamp_digits)
+  // 19 digits cannot overflow (< 10^19 < 2^64); values beyond INT64_MAX lie
+  // far outside any tolerance, hence stale.
+  auto digits = parse_digits(text, max_timestamp_digits);
+  if (!digits)
     return timestamp_check::malformed;
-  // Unsigned accumulation cannot overflow for 19 digits (< 10^19 < 2^64);
-  // values beyond INT64_MAX lie far outside any tolerance, hence stale.
-  uint64_t value = 0;
-  for (auto c : text) {
-    if (c < '0' || c > '9')
-      return timestamp_check::malformed;
-    value = value * 10 + static_cast<uint64_t>(c - '0');
-  }
+  uint64_t value = *digits;
   if (value > static_cast<uint64_t>(INT64_MAX) || tolerance_s < 0)
     return timestamp_check::stale;
   auto ts = static_cast<int64_t>(value);
@@ -145,15 +141,9 @@ std::optional<std::string> parse_address(std::string_view text) {
 
 // Prefix lengths are at most 3 decimal digits, no sign or spaces.
 std::optional<int> parse_prefix(std::string_view text) {
-  if (text.empty() || text.size() > 3)
-    return std::nullopt;
-  int value = 0;
-  for (auto c : text) {
-    if (c < '0' || c > '9')
-      return std::nullopt;
-    value = value * 10 + (c - '0');
-  }
-  return value;
+  if (auto value = parse_digits(text, 3))
+    return static_cast<int>(*value);
+  return std::nullopt;
 }
 
 bool prefix_matches(const std::string& address, const cidr& net) {

@@ -135,6 +135,16 @@ void decision_cache::forget(std::string_view routing) {
     sh.erase(i);
 }
 
+void decision_cache::forget_all() {
+  for (auto& sh : shards_) {
+    std::lock_guard<std::mutex> guard{sh.mtx};
+    sh.epoch.fetch_add(1, std::memory_order_acq_rel);
+    sh.map.clear();
+    sh.order.clear();
+    sh.bytes = 0;
+  }
+}
+
 std::size_t decision_cache::bytes() const {
   std::size_t n = 0;
   for (auto& sh : shards_) {

@@ -74,6 +74,11 @@ public:
   /// Drops `routing` and advances its shard's epoch.
   void forget(std::string_view routing);
 
+  /// Drops everything and advances every shard's epoch (the database was
+  /// replaced: a snapshot installed). A decision in flight while this runs
+  /// is not remembered after it.
+  void forget_all();
+
   /// Entries held (tests, metrics).
   std::size_t size() const;
 

@@ -1,11 +1,17 @@
 #pragma once
 
+// A webhook body: one pass over the JSON that validates it, builds its
+// canonical text and fingerprint, and lists its top-level scalar members.
+// Must not live here: number canonicalisation (`api/canonical_number.hpp`),
+// the wording of parse errors (`api/json_rejection.hpp`), key selection.
+
 #include <cstddef>
 #include <map>
 #include <string>
 #include <string_view>
 #include <variant>
 
+#include "api/canonical_number.hpp"
 #include "api/rejection.hpp"
 
 namespace oncegate::gateway {
@@ -51,22 +57,5 @@ struct payload_limits {
 std::variant<payload, rejection> parse_payload(std::string_view body,
                                                const payload_limits& limits
                                                = {});
-
-/// Renders a number literal in canonical form, a function of its exact
-/// decimal value (`1.0`, `1e0`, `10e-1` and `1` are one text; `0.1` and
-/// `0.10000000000000001` are two):
-/// - zero: `0`;
-/// - integers in [-2^63, 2^64) (also written `1e2`, `100.0`): plain decimal;
-/// - other values whose shortest round-trip double form (`std::to_chars`,
-///   e.g. `0.1`, `1e+300`, `1.5e-07`) has exactly the literal's value: that
-///   form (what every number got before exact comparison, so fingerprints
-///   of such payloads are unchanged);
-/// - all others: `[-]d[.ddd]E<exponent>`, e.g. `1.8446744073709551617E19`,
-///   `1E-400`, `1E400` (the only form with an upper-case `E`).
-/// Literals that are not JSON numbers, or whose decimal exponent in
-/// scientific notation exceeds 10^9 in magnitude (`parse_payload`: 400
-/// `malformed-json`, "number out of range"), come back unchanged. Linear in
-/// the literal's length. Exposed for tests.
-std::string canonical_number(std::string_view literal);
 
 } // namespace oncegate::gateway

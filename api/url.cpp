@@ -59,4 +59,17 @@ std::optional<std::string> query_param(std::string_view target,
   return std::nullopt;
 }
 
+std::optional<uint64_t> parse_digits(std::string_view text,
+                                     std::size_t max_digits) {
+  if (text.empty() || text.size() > max_digits)
+    return std::nullopt;
+  uint64_t value = 0;
+  for (auto c : text) {
+    if (c < '0' || c > '9')
+      return std::nullopt;
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return value;
+}
+
 } // namespace oncegate::gateway

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,5 +20,10 @@ std::optional<std::string> percent_decode(std::string_view in,
 /// `target` (`/path?a=1&name=v`); nothing when absent or malformed.
 std::optional<std::string> query_param(std::string_view target,
                                        std::string_view name);
+
+/// The value of 1 to `max_digits` (at most 19) ASCII digits, with no sign
+/// or spaces (a node id in a path, a CIDR prefix length); nothing else.
+std::optional<uint64_t> parse_digits(std::string_view text,
+                                     std::size_t max_digits);
 
 } // namespace oncegate::gateway

@@ -1,33 +1,35 @@
 #pragma once
 
+// The HTTP side's entry point: options, and the dispatcher that routes each
+// request by path to its endpoint family. Must not grow endpoint logic:
+// webhooks are `api/webhook_pipeline.*` (forwards `api/forwarder.*`), admin
+// `api/admin_keys.*` and `api/admin_cluster.*` behind `api/admin_auth.*`,
+// probes `api/health_endpoints.*`, shared answers `api/responses.*`.
+
 #include <cstddef>
 #include <cstdint>
 #include <chrono>
-#include <condition_variable>
-#include <functional>
-#include <mutex>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/clock.hpp"
+#include "api/admin_auth.hpp"
+#include "api/admin_keys.hpp"
 #include "api/decision_cache.hpp"
 #include "http/http_types.hpp"
 #include "api/metrics.hpp"
 #include "service/node_service.hpp"
 #include "api/payload.hpp"
 #include "api/rejection.hpp"
+#include "api/responses.hpp"
 #include "api/routes.hpp"
 #include "http/upstream_client.hpp"
 
 namespace oncegate::gateway {
 
-/// Who may use the admin endpoints (`/v1/keys/...`).
-struct admin_options {
-  /// Bearer token; empty: none configured.
-  std::string token;
-  /// Whether the listener is bound to a loopback address. Without a token,
-  /// admin endpoints answer only there.
-  bool loopback_listener = true;
-};
+class forwarder;
+class webhook_pipeline;
 
 /// Behaviour of the HTTP endpoints.
 struct webhook_options {
@@ -54,6 +56,8 @@ public:
                   wall_clock_fn now = wall_clock_ms,
                   wall_clock_fn signature_now = nullptr);
 
+  ~webhook_handler() override;
+
   void handle(http_request req, responder done) override;
 
   std::size_t body_limit(std::string_view target) const override;
@@ -77,37 +81,15 @@ public:
   std::size_t wait_for_forwards(std::chrono::milliseconds bound);
 
 private:
-  struct key_info;
-
-  void handle_webhook(const route_config& route, http_request& req,
-                      responder& done);
-  void forward(const route_config& route, std::shared_ptr<key_info> key,
-               std::string body, std::string content_type, responder done);
-  void handle_admin(http_request& req, responder& done);
-  /// Applies an operator's change to a record and answers with `answer`.
-  void admin_update(record_update upd, responder done,
-                    std::function<http_response(const update_result&)> answer);
-  void handle_admin_list(http_request& req, responder& done);
-  /// `/v1/cluster`: Raft state; members add/remove; leadership transfer.
-  void handle_cluster(http_request& req, responder& done);
-
   webhook_options opts_;
   node_service& node_;
-  wall_clock_fn now_;
-  wall_clock_fn signature_now_;
   decision_cache cache_;
   gateway_metrics metrics_;
-  /// Forwards in flight (see `wait_for_forwards`).
-  mutable std::mutex forwards_mtx_;
-  std::condition_variable forwards_cv_;
-  std::size_t forwards_ = 0;
-  /// Last member: destroyed first, so its thread stops before anything its
-  /// callbacks use goes away.
-  std::unique_ptr<upstream_client> upstream_;
+  admin_keys keys_;
+  std::unique_ptr<webhook_pipeline> pipeline_;
+  /// Null when no route has an upstream. Last member: destroyed first, so
+  /// its thread stops before anything its callbacks use goes away.
+  std::unique_ptr<forwarder> forwarder_;
 };
-
-/// Builds an `application/problem+json` response (RFC 9457).
-/// `key` (may be empty) is echoed as `idempotency_key`.
-http_response make_problem(const rejection& why, const std::string& key = {});
 
 } // namespace oncegate::gateway

@@ -44,10 +44,11 @@ all_targets=(fuzz_request fuzz_canonical_json fuzz_standard_webhooks
 sources_of() {
   case "$1" in
     fuzz_request)
-      echo api/payload.cpp api/json_text.cpp common/sha256.cpp \
-           api/idempotency_key.cpp ;;
+      echo api/payload.cpp api/canonical_number.cpp api/json_rejection.cpp \
+           api/json_text.cpp common/sha256.cpp api/idempotency_key.cpp ;;
     fuzz_canonical_json)
-      echo api/payload.cpp api/json_text.cpp common/sha256.cpp ;;
+      echo api/payload.cpp api/canonical_number.cpp api/json_rejection.cpp \
+           api/json_text.cpp common/sha256.cpp ;;
     fuzz_standard_webhooks)
       echo api/auth.cpp api/url.cpp common/sha256.cpp ;;
     fuzz_idempotency_key)

@@ -116,3 +116,19 @@ CAF_TEST(an entry kept without its body never answers a replay) {
   CAF_CHECK_EQUAL(hit->status, 200);
   CAF_CHECK(!cache.lookup("k", "fp", 500, true));
 }
+
+CAF_TEST(a snapshot install forgets every decision and any made before it) {
+  decision_cache cache{1000};
+  for (auto k : {"a", "b", "c"})
+    cache.remember(k, completed(100), cache.epoch(k));
+  auto before = cache.epoch("d");
+  cache.forget_all();
+  CAF_CHECK_EQUAL(cache.size(), 0u);
+  CAF_CHECK_EQUAL(cache.bytes(), 0u);
+  for (auto k : {"a", "b", "c"})
+    CAF_CHECK(!cache.lookup(k, "fp", 500, false));
+  cache.remember("d", completed(100), before); // decided before the install
+  CAF_CHECK(!cache.lookup("d", "fp", 500, false));
+  cache.remember("d", completed(100), cache.epoch("d"));
+  CAF_CHECK(cache.lookup("d", "fp", 500, false));
+}

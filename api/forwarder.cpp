@@ -1,0 +1,111 @@
+#include "api/forwarder.hpp"
+
+#include <utility>
+
+#include "common/logging.hpp"
+
+namespace oncegate::gateway {
+
+namespace {
+
+const char* to_string(upstream_result::kind x) {
+  switch (x) {
+    case upstream_result::kind::response:
+      return "response";
+    case upstream_result::kind::not_sent:
+      return "not_sent";
+    case upstream_result::kind::maybe_sent:
+      break;
+  }
+  return "maybe_sent";
+}
+
+} // namespace
+
+record_update outcome_update(const forward_job& job,
+                             const upstream_result& res) {
+  record_update upd;
+  upd.route = job.route;
+  upd.key = job.key.value;
+  upd.first_seen_ms = job.first_seen_ms;
+  switch (res.outcome) {
+    case upstream_result::kind::response:
+      upd.op = transition::complete;
+      upd.status = static_cast<uint16_t>(res.status);
+      if (!res.content_type.empty())
+        upd.headers = "Content-Type: " + res.content_type;
+      upd.response = res.body;
+      break;
+    case upstream_result::kind::not_sent:
+      upd.op = transition::release;
+      break;
+    case upstream_result::kind::maybe_sent:
+      upd.op = transition::in_doubt;
+      break;
+  }
+  return upd;
+}
+
+forwarder::forwarder(node_service& node, gateway_metrics& metrics)
+  : node_(node),
+    metrics_(metrics),
+    upstream_(std::make_unique<upstream_client>()) {
+  // nop
+}
+
+void forwarder::forward(forward_job job, settled_fn settled) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    ++running_;
+  }
+  upstream_request up;
+  up.body = std::move(job.body);
+  up.content_type = std::move(job.content_type);
+  // Injective and a valid header value (see forwarded_key).
+  up.idempotency_key = forwarded_key(job.key.value);
+  auto target = job.target;
+  upstream_->send(*target, std::move(up), [this, job = std::move(job),
+                                           settled = std::move(settled)](
+                                            upstream_result res) mutable {
+    auto upd = outcome_update(job, res);
+    metrics_.count_upstream(job.route_index, static_cast<size_t>(res.outcome));
+    log::gateway()->info("[C{}][R{}] upstream.{} route={} status={} error={}",
+                         job.conn, job.req, to_string(res.outcome), job.route,
+                         res.status, res.error);
+    // The transition is made durable before the sender hears of it.
+    node_.update(std::move(upd), [this, conn = job.conn, req = job.req,
+                                  settled = std::move(settled),
+                                  res = std::move(res)](
+                                   reply<update_result> rep) mutable {
+      if (!rep.ok)
+        log::gateway()->error("[C{}][R{}] upstream.unrecorded error={}", conn,
+                              req, rep.detail);
+      settled(forward_result{std::move(res), std::move(rep)});
+      recorded();
+    });
+  });
+}
+
+void forwarder::after(std::chrono::milliseconds delay,
+                      std::function<void()> fn) {
+  upstream_->after(delay, std::move(fn));
+}
+
+void forwarder::recorded() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (--running_ == 0)
+    cv_.notify_all();
+}
+
+std::size_t forwarder::in_flight() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return running_;
+}
+
+std::size_t forwarder::wait(std::chrono::milliseconds bound) {
+  std::unique_lock<std::mutex> guard{mtx_};
+  cv_.wait_for(guard, bound, [this] { return running_ == 0; });
+  return running_;
+}
+
+} // namespace oncegate::gateway

@@ -1,0 +1,103 @@
+#pragma once
+
+// The key's lifecycle after a granted claim on a route with an upstream:
+// send the first request upstream, turn its outcome into the record's
+// transition, and make that durable through the node service. Must not
+// live here: the sender's HTTP answer (`api/decision_answers.hpp`), the
+// decision cache and anything of request parsing (`api/webhook_pipeline.*`).
+//
+//               send upstream
+//   in_flight ─────────────────> response ───> update(complete: status, body)
+//                                not_sent ───> update(release)
+//                                maybe_sent ─> update(in_doubt)
+//                                                │ durable, or failed
+//                                                v
+//                                             settled(result)
+//
+// A failed update leaves the record in flight; the node turns it in doubt
+// at its deadline, so it is never executed again automatically.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/record.hpp"
+#include "api/idempotency_key.hpp"
+#include "api/metrics.hpp"
+#include "http/upstream_client.hpp"
+#include "service/node_service.hpp"
+
+namespace oncegate::gateway {
+
+/// The first request of a granted key, to be sent upstream.
+struct forward_job {
+  std::string route;
+  /// Position of the route in the route table (per-route metrics).
+  std::size_t route_index = 0;
+  /// Where to send it; outlives the forward (owned by the route table).
+  const upstream_target* target = nullptr;
+  idempotency_key key;
+  /// The claimed record's `first_seen`, which identifies it to `update`.
+  int64_t first_seen_ms = 0;
+  /// Connection and request numbers for log lines.
+  uint64_t conn = 0;
+  uint64_t req = 0;
+  std::string body;
+  std::string content_type;
+};
+
+/// What became of a forward.
+struct forward_result {
+  upstream_result upstream;
+  /// The node's answer to recording the transition.
+  reply<update_result> recorded;
+};
+
+/// The transition an upstream outcome makes on the record of `job`.
+record_update outcome_update(const forward_job& job,
+                             const upstream_result& res);
+
+/// Runs forwards on the upstream client's thread and counts those whose
+/// outcome is not yet recorded. Thread-safe.
+class forwarder {
+public:
+  /// Runs once per forward, after the node answered the update.
+  using settled_fn = std::function<void(forward_result)>;
+
+  forwarder(node_service& node, gateway_metrics& metrics);
+
+  forwarder(const forwarder&) = delete;
+  forwarder& operator=(const forwarder&) = delete;
+
+  /// Sends `job` upstream, records the outcome, then calls `settled`.
+  void forward(forward_job job, settled_fn settled);
+
+  /// Runs `fn` after `delay` on the upstream client's thread.
+  void after(std::chrono::milliseconds delay, std::function<void()> fn);
+
+  /// Forwards started and not yet recorded (their outcome durable).
+  std::size_t in_flight() const;
+
+  /// Waits until every forward started so far has its outcome recorded, or
+  /// `bound` passed; returns how many are still running.
+  std::size_t wait(std::chrono::milliseconds bound);
+
+private:
+  void recorded();
+
+  node_service& node_;
+  gateway_metrics& metrics_;
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  std::size_t running_ = 0;
+  /// Last member: destroyed first, so its thread stops before anything its
+  /// callbacks use goes away.
+  std::unique_ptr<upstream_client> upstream_;
+};
+
+} // namespace oncegate::gateway

@@ -1,0 +1,54 @@
+#include "api/health_endpoints.hpp"
+
+#include <string>
+#include <utility>
+
+#include "api/json_text.hpp"
+#include "api/responses.hpp"
+
+namespace oncegate::gateway {
+
+namespace {
+
+bool get_or_head(const http_request& req) {
+  return req.method == "GET" || req.method == "HEAD";
+}
+
+} // namespace
+
+void serve_healthz(const http_request& req, responder& done) {
+  if (!get_or_head(req))
+    return done(method_not_allowed("GET, HEAD"));
+  done(json_response(200, R"({"status":"ok"})"));
+}
+
+void serve_readyz(node_service& node, const http_request& req,
+                  responder& done) {
+  if (!get_or_head(req))
+    return done(method_not_allowed("GET, HEAD"));
+  node.ready([done = std::move(done)](bool ok, std::string why) {
+    if (ok)
+      return done(json_response(200, R"({"status":"ready"})"));
+    std::string body = R"({"status":"unavailable","reason":)";
+    append_json_string(body, why);
+    body += '}';
+    auto res = json_response(503, std::move(body));
+    res.set("Retry-After", "1");
+    done(std::move(res));
+  });
+}
+
+void serve_metrics(node_service& node, const gateway_metrics& metrics,
+                   const http_request& req, responder& done) {
+  if (!get_or_head(req))
+    return done(method_not_allowed("GET, HEAD"));
+  node.metrics([&metrics, done = std::move(done)](node_metrics m) {
+    http_response res;
+    res.set("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    res.set("Cache-Control", "no-store");
+    res.body = metrics.render(m);
+    done(std::move(res));
+  });
+}
+
+} // namespace oncegate::gateway

@@ -1,0 +1,354 @@
+#include "http/http_session.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include "common/logging.hpp"
+#include "http/transport_errors.hpp"
+
+namespace oncegate::gateway::detail {
+
+namespace {
+
+// HTTP forbids a body in these final answers (RFC 9110 6.4.1).
+bool bodiless_status(int status) {
+  return status == 204 || status == 304;
+}
+
+} // namespace
+
+http_session::http_session(std::shared_ptr<http_server::impl> srv,
+                           tcp::socket&& sock, uint64_t id)
+  : srv_(std::move(srv)),
+    stream_(std::move(sock)),
+    // Headers plus one read's worth of body in flight at most.
+    buffer_(srv_->opts.header_limit + 64 * 1024),
+    id_(id) {
+  beast::error_code ec;
+  auto ep = stream_.socket().remote_endpoint(ec);
+  if (!ec)
+    remote_ = ep.address().to_string();
+}
+
+void http_session::start() {
+  net::dispatch(stream_.get_executor(),
+                [self = shared_from_this()] { self->wait_for_request(); });
+}
+
+bool http_session::overdue(int64_t now_ns) const {
+  return deadline_ns_.load(std::memory_order_relaxed) <= now_ns;
+}
+
+void http_session::check_deadline() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    if (self->phase_ != phase::closed && self->overdue(now_ns()))
+      self->on_timeout();
+  });
+}
+
+int64_t http_session::now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           std::chrono::steady_clock::now().time_since_epoch())
+    .count();
+}
+
+void http_session::reject() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    self->write(transport_problem(503, "Too many connections",
+                                  "connection limit reached"));
+  });
+}
+
+void http_session::shutdown() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    if (self->phase_ == phase::idle)
+      self->close();
+  });
+}
+
+void http_session::wait_for_request() {
+  if (srv_->stopping) {
+    close();
+    return;
+  }
+  timed_out_ = false;
+  head_ = false;
+  version_ = 11;
+  ++req_id_;
+  parser_.emplace();
+  parser_->body_limit(srv_->opts.body_limit);
+  parser_->header_limit(
+    static_cast<std::uint32_t>(srv_->opts.header_limit));
+  if (buffer_.size() > 0) { // pipelined bytes are already here
+    phase_ = phase::header;
+    arm(srv_->opts.header_timeout);
+  } else {
+    phase_ = phase::idle;
+    idle_since_ns_ = now_ns();
+    arm(std::min(idle_check(), srv_->opts.idle_timeout));
+  }
+  read_header();
+}
+
+void http_session::read_header() {
+  http::async_read_some(
+    stream_, buffer_, *parser_,
+    [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec)
+        return self->on_read_error(ec);
+      if (self->phase_ == phase::idle) {
+        self->phase_ = phase::header;
+        self->arm(self->srv_->opts.header_timeout);
+      }
+      if (self->parser_->is_header_done())
+        return self->on_header({});
+      self->read_header();
+    });
+}
+
+void http_session::on_header(beast::error_code ec) {
+  if (ec)
+    return on_read_error(ec);
+  auto& req = parser_->get();
+  head_ = req.method() == http::verb::head;
+  version_ = req.version();
+  std::size_t handler_limit = 0;
+  if (!run_guarded(id_, req_id_, "body_limit", [&] {
+        handler_limit = srv_->handler.body_limit(req.target());
+      }))
+    return write(internal_error_problem());
+  auto limit = std::min(srv_->opts.body_limit, handler_limit);
+  parser_->body_limit(limit);
+  if (auto len = parser_->content_length(); len && *len > limit)
+    return write(transport_problem(413, "Body too large",
+                                   "request body exceeds the limit"));
+  // Only plain chunked framing is understood; anything else (gzip, ...)
+  // would hand the handler bytes it cannot read.
+  if (auto te = req[http::field::transfer_encoding];
+      !te.empty() && !beast::iequals(te, "chunked"))
+    return write(transport_problem(501, "Not implemented",
+                                   "unsupported transfer coding"));
+  if (parser_->is_done())
+    return dispatch_request();
+  phase_ = phase::body;
+  arm(srv_->opts.body_timeout);
+  auto expect = req[http::field::expect];
+  if (beast::iequals(expect, "100-continue")) {
+    static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+    net::async_write(stream_, net::buffer(cont.data(), cont.size()),
+                     [self = shared_from_this()](beast::error_code ec,
+                                                 std::size_t) {
+                       if (ec)
+                         return self->close();
+                       self->read_body();
+                     });
+    return;
+  }
+  read_body();
+}
+
+void http_session::read_body() {
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec,
+                                               std::size_t) {
+                     if (ec)
+                       return self->on_read_error(ec);
+                     self->dispatch_request();
+                   });
+}
+
+void http_session::on_read_error(beast::error_code ec) {
+  if (timed_out_)
+    return write(transport_problem(408, "Request timeout",
+                                   "request not received in time"));
+  // The read buffer is capped too: chunk extensions and trailers do not
+  // count against the parser's body limit, and an endless one must not
+  // grow memory.
+  if (ec == http::error::body_limit
+      || (ec == http::error::buffer_overflow && phase_ == phase::body))
+    return write(transport_problem(413, "Body too large",
+                                   "request body exceeds the limit"));
+  if (ec == http::error::buffer_overflow)
+    return write(transport_problem(431, "Headers too large",
+                                   "request headers exceed the limit"));
+  if (ec == http::error::header_limit)
+    return write(transport_problem(431, "Headers too large",
+                                   "request headers exceed the limit"));
+  if (ec == http::error::end_of_stream || ec == net::error::eof
+      || ec == net::error::operation_aborted
+      || ec == net::error::connection_reset || ec == http::error::partial_message)
+    return close();
+  if (ec.category() == http::make_error_code(http::error::bad_method)
+                         .category())
+    return write(transport_problem(400, "Bad request",
+                                   "malformed HTTP request"));
+  close();
+}
+
+void http_session::dispatch_request() {
+  phase_ = phase::handling;
+  arm(srv_->opts.response_timeout);
+  auto msg = parser_->release();
+  keep_alive_ = msg.keep_alive();
+  http_request req;
+  req.method = std::string{msg.method_string()};
+  req.target = std::string{msg.target()};
+  req.headers.reserve(8);
+  for (auto& f : msg) {
+    std::string name{f.name_string()};
+    for (auto& c : name)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    req.headers.emplace_back(std::move(name), std::string{f.value()});
+  }
+  req.body = std::move(msg.body());
+  req.remote = remote_;
+  req.conn_id = id_;
+  req.req_id = req_id_;
+  auto id = req_id_;
+  // A handler that throws (before or after answering) gets a 500: the
+  // phase check drops an answer it may have posted already.
+  responder done = [self = shared_from_this(), id](http_response res) {
+    net::post(self->stream_.get_executor(),
+              [self, id, res = std::move(res)]() mutable {
+                if (self->phase_ == phase::handling && self->req_id_ == id)
+                  self->write(std::move(res));
+              });
+  };
+  if (!run_guarded(id_, req_id_, "handler", [&] {
+        srv_->handler.handle(std::move(req), std::move(done));
+      }))
+    write(internal_error_problem());
+}
+
+void http_session::write(http_response res) {
+  phase_ = phase::writing;
+  arm(srv_->opts.body_timeout);
+  // Beast throws for what it cannot serialise (a status beyond 999, a
+  // field over 64 KiB), and so does `build` for a status that is no final
+  // answer: the request gets a 500 instead of the exception ending the
+  // process.
+  if (!run_guarded(id_, req_id_, "response", [&] { build(std::move(res)); }))
+    build(internal_error_problem());
+  sr_.emplace(res_);
+  auto on_written = [self = shared_from_this()](beast::error_code ec,
+                                                std::size_t) {
+    self->sr_.reset();
+    if (ec || !self->keep_open_)
+      return self->close();
+    self->wait_for_request();
+  };
+  // A HEAD answer is the GET answer's header block, Content-Length
+  // included, without the body (RFC 9110 9.3.2).
+  if (head_)
+    http::async_write_header(stream_, *sr_, std::move(on_written));
+  else
+    http::async_write(stream_, *sr_, std::move(on_written));
+}
+
+void http_session::build(http_response res) {
+  if (res.status < 200 || res.status > 599)
+    throw std::invalid_argument("status " + std::to_string(res.status)
+                                + " is not a final HTTP status");
+  res_ = {};
+  res_.version(11);
+  res_.result(static_cast<unsigned>(res.status));
+  for (auto& [k, v] : res.headers)
+    res_.insert(k, v);
+  keep_open_ = keep_alive_ && !res.close && !srv_->stopping;
+  res_.keep_alive(keep_open_);
+  // An HTTP/1.0 client keeps the connection only when told so.
+  if (keep_open_ && version_ < 11)
+    res_.set(http::field::connection, "keep-alive");
+  if (bodiless_status(res.status)) {
+    // No body, and no Content-Length either (RFC 9110 8.6): whatever the
+    // handler put there would be read as the start of the next response.
+    if (!res.body.empty())
+      log::gateway()->debug("[C{}][R{}] http.body_dropped status={} bytes={}",
+                            id_, req_id_, res.status, res.body.size());
+    res_.erase(http::field::content_length);
+    res_.erase(http::field::transfer_encoding);
+    return;
+  }
+  res_.body() = std::move(res.body);
+  res_.prepare_payload();
+}
+
+std::chrono::milliseconds http_session::idle_check() const {
+  return std::max(srv_->opts.header_timeout / 4,
+                  std::chrono::milliseconds(100));
+}
+
+void http_session::arm(std::chrono::milliseconds timeout) {
+  deadline_ns_.store(now_ns()
+                       + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           timeout)
+                           .count(),
+                     std::memory_order_relaxed);
+}
+
+void http_session::on_timeout() {
+  switch (phase_) {
+    case phase::idle: {
+      beast::error_code ec;
+      auto waiting = stream_.socket().available(ec);
+      if (buffer_.size() > 0 || (!ec && waiting > 0)) {
+        // A request has begun: from now on it has the header timeout.
+        phase_ = phase::header;
+        arm(srv_->opts.header_timeout);
+        break;
+      }
+      auto idle_for = std::chrono::nanoseconds(now_ns() - idle_since_ns_);
+      auto idle_limit = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        srv_->opts.idle_timeout);
+      if (idle_for >= idle_limit) {
+        close();
+        break;
+      }
+      arm(std::min(idle_check(),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                     idle_limit - idle_for)
+                     + std::chrono::milliseconds(1)));
+      break;
+    }
+    case phase::writing:
+      close();
+      break;
+    case phase::header:
+    case phase::body: {
+      // Abort the read; its handler answers 408. Cancelling alone is not
+      // enough: a client that keeps sending completes every read at once,
+      // so there is rarely a pending one to cancel. Shutting the receive
+      // side ends every further read, while the 408 can still be written.
+      timed_out_ = true;
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+      stream_.socket().shutdown(tcp::socket::shutdown_receive, ignored);
+      break;
+    }
+    case phase::handling:
+      write(transport_problem(503, "Response timeout",
+                              "no decision in time; retry"));
+      break;
+    case phase::closed:
+      break;
+  }
+}
+
+void http_session::close() {
+  if (phase_ == phase::closed)
+    return;
+  phase_ = phase::closed;
+  deadline_ns_.store(std::numeric_limits<int64_t>::max(),
+                     std::memory_order_relaxed);
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.socket().close(ignored);
+  srv_->session_closed(id_);
+}
+
+} // namespace oncegate::gateway::detail
