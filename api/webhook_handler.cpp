@@ -65,6 +65,10 @@ void webhook_handler::forget_cached(const std::string& route,
   cache_.forget(routing_key(route, key));
 }
 
+void webhook_handler::forget_all_cached() {
+  cache_.forget_all();
+}
+
 std::size_t webhook_handler::forwards_in_flight() const {
   return forwarder_ ? forwarder_->in_flight() : 0;
 }

@@ -71,6 +71,10 @@ public:
   /// through another node). Thread-safe.
   void forget_cached(const std::string& route, const std::string& key);
 
+  /// Drops every cached decision: a snapshot replaced the database (its
+  /// releases were never applied as entries here). Thread-safe.
+  void forget_all_cached();
+
   /// Forwards started and not yet recorded (their outcome durable).
   std::size_t forwards_in_flight() const;
 

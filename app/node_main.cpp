@@ -1,5 +1,7 @@
 #include "app/node_main.hpp"
 
+#include "app/cache_coherence.hpp"
+
 #include <csignal>
 #include <malloc.h>
 #include <sys/stat.h>
@@ -31,29 +33,6 @@
 namespace oncegate::gateway {
 
 namespace {
-
-// Where replicated releases drop cached decisions: the handler, once it
-// exists (the Raft thread starts applying before it does).
-struct release_sink {
-  std::mutex mtx;
-  webhook_handler* handler = nullptr;
-
-  void apply(const std::vector<persistence::command>& cmds) {
-    std::lock_guard<std::mutex> guard{mtx};
-    if (handler == nullptr)
-      return;
-    for (auto& cmd : cmds)
-      if (cmd.type == persistence::command::kind::update
-          && (cmd.update.op == transition::release
-              || cmd.update.op == transition::release_settled))
-        handler->forget_cached(cmd.update.route, cmd.update.key);
-  }
-
-  void attach(webhook_handler* h) {
-    std::lock_guard<std::mutex> guard{mtx};
-    handler = h;
-  }
-};
 
 // CAF reports a bad value in the config file by line and column only:
 // quote that line, which names the option.
@@ -294,16 +273,17 @@ int run_node(int argc, char** argv, const run_options& ro) {
   // One clock for the whole node (see `node_clock`).
   auto node_time = std::make_shared<node_clock>();
   auto clock = read_clock(node_time);
-  auto sink = std::make_shared<release_sink>();
+  auto caches = std::make_shared<cache_coherence>();
   std::optional<node> single;
   std::unique_ptr<cluster::cluster_node> clustered;
   std::unique_ptr<node_service> service;
   if (copts) {
     cluster::cluster_hooks hooks;
-    hooks.on_applied = [sink](const std::vector<persistence::command>& cmds,
-                              const std::vector<persistence::command_result>&) {
-      sink->apply(cmds);
+    hooks.on_applied = [caches](const std::vector<persistence::command>& cmds,
+                                const std::vector<persistence::command_result>&) {
+      caches->applied(cmds);
     };
+    hooks.on_restored = [caches] { caches->restored(); };
     auto nopts = cfg.node_opts();
     if (ro.tweak)
       ro.tweak(nopts, &*copts);
@@ -346,7 +326,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
       if (r.upstream)
         hopts.fd_reserve += r.upstream->max_connections;
     webhook_handler handler{std::move(*web), *service, clock, wall_clock_ms};
-    sink->attach(&handler);
+    caches->attach(&handler);
     auto server = http_server::listen(hopts, handler, error);
     if (!server) {
       log::gateway()->critical("node.listen_failed error={}", error);
@@ -372,7 +352,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
           log::gateway()->info("node.forwards_recorded");
       }
     }
-    sink->attach(nullptr);
+    caches->attach(nullptr);
   }
   // Every HTTP request is answered; now stop the actors. The store commits
   // what it holds before it exits, and the actor system waits for it.

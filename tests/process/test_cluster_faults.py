@@ -479,6 +479,90 @@ class FaultsTest(ClusterCase):
         return down, behind
 
     @with_logs
+    def test_a_follower_that_installed_a_snapshot_answers_released_keys(self):
+        """A follower whose HTTP decision cache holds completed keys misses
+        their release because it comes back past the leader's trailing
+        window: it catches up by installing a snapshot, not by applying the
+        release entries. Its next answer for those keys must be the current
+        state (the sender's retry executes), not a 409 from its cache:
+        every cache of decisions is dropped when a snapshot replaces the
+        database. (Issue #15: seen answering 409 for as long as the TTL.)
+
+        The follower runs with a large snapshot threshold of its own (see
+        the snapshot case below: libraft 0.15 leaves a follower behind for
+        good when its own snapshot races the install)."""
+        ids = [1, 2, 3]
+        nodes = self.cluster.nodes
+        lid = self.cluster.wait_leader()
+        f = [i for i in ids if i != lid][0]
+        self.cluster.threshold[f] = 100000
+        self.cluster.add(f, ids)
+        try:
+            nodes[f].stop()
+            nodes[f].start()
+        finally:
+            del self.cluster.threshold[f]
+            self.cluster.add(f, ids)
+        self.cluster.wait_ready(timeout=20)
+        lid = self.cluster.wait_leader()
+        self.assertNotEqual(lid, f)
+        keys = ["restored-release-%d" % n for n in range(3)]
+        first = self.post_all(f, keys)
+        self.assertEqual({k: r[0] for k, r in first.items()},
+                         {k: 200 for k in keys})
+        # Now in the follower's caches: a duplicate is answered 409 there.
+        self.assertEqual({k: self.post(f, k)[0] for k in keys},
+                         {k: 409 for k in keys})
+        follower = nodes[f]
+        behind = follower.status()["last_index"]
+        mark = log_size(follower)
+        follower.sigstop()
+        # The leader pipelines appends to a follower, and the ones it sent
+        # while the follower was stopped wait in the follower's socket: they
+        # would catch it up without an install. A new leader only probes a
+        # follower that does not answer, so hand leadership over at once.
+        c = [i for i in ids if i not in (lid, f)][0]
+        self.transfer(lid, c)
+        lid = c
+        traffic = Traffic(self.cluster, "past").start()
+        try:
+            for k in keys:
+                self.release(lid, k)
+            # Past this, the follower's next entry (a release) is gone
+            # from the leader's log: it must be sent a snapshot.
+            compacted = behind + SNAPSHOT_TRAILING + SNAPSHOT_THRESHOLD
+            self.assertTrue(wait_for(
+                lambda: max(snapshots(nodes[lid]) or [0]) > compacted, 20,
+                0.1), "the leader did not snapshot past %d: %s"
+                % (compacted, snapshots(nodes[lid])))
+        finally:
+            self.assertTrue(traffic.stop(), "senders did not stop")
+        follower.sigcont()
+
+        def restored():
+            return [int(m.group(2))
+                    for m in RESTORED.finditer(log_text(follower, mark))]
+        wait_for(lambda: any(x > behind for x in restored()), 20, 0.05)
+        self.cluster.wait_converged()
+        restored = restored()
+        self.assertTrue(any(x > behind for x in restored),
+                        "node %d (stopped at index %d) installed no "
+                        "snapshot beyond it: %s; its log: %s"
+                        % (f, behind, restored,
+                           {i: (nodes[i].status().get("applied_index"),
+                                snapshots(nodes[i])[-2:]) for i in ids}))
+        self.assertEqual([r for r in follower.record_rows(keys) if r], [],
+                         "the snapshot did not carry the releases")
+        again = {k: self.post(f, k) for k in keys}
+        self.assertEqual(
+            {k: r[0] for k, r in again.items()}, {k: 200 for k in keys},
+            "the follower answered released keys from a cache older than "
+            "the snapshot it installed: %s"
+            % {k: r[2][:100] for k, r in again.items()})
+        self.assertEqual({k: self.up.executions(k) for k in keys},
+                         {k: 2 for k in keys})
+
+    @with_logs
     def test_snapshots_are_taken_installed_and_restored(self):
         """With snapshot-threshold=64 and trailing=32: under traffic every
         node takes snapshots (files in its raft dir); a follower killed and
