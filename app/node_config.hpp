@@ -87,33 +87,38 @@ public:
   bool version = false;
   std::string backup_to;
 
+  // Every default below is the one of the option struct of the component
+  // it configures (where it is documented and tested); none is written
+  // twice.
+
   // [http]
-  size_t body_limit = 64 * 1024;
-  size_t header_limit = 16 * 1024;
-  caf::timespan header_timeout = std::chrono::seconds(5);
-  caf::timespan body_timeout = std::chrono::seconds(5);
-  caf::timespan idle_timeout = std::chrono::seconds(60);
-  caf::timespan response_timeout = std::chrono::seconds(10);
-  size_t max_connections = 10000;
-  caf::timespan shutdown_grace = std::chrono::seconds(10);
+  size_t body_limit = http_server_options{}.body_limit;
+  size_t header_limit = http_server_options{}.header_limit;
+  caf::timespan header_timeout = http_server_options{}.header_timeout;
+  caf::timespan body_timeout = http_server_options{}.body_timeout;
+  caf::timespan idle_timeout = http_server_options{}.idle_timeout;
+  caf::timespan response_timeout = http_server_options{}.response_timeout;
+  size_t max_connections = http_server_options{}.max_connections;
+  caf::timespan shutdown_grace = http_server_options{}.shutdown_grace;
 
   // [keys]
-  caf::timespan ttl = std::chrono::hours(24);
-  caf::timespan key_idle_timeout = std::chrono::seconds(30);
-  size_t max_live_keys = 1'000'000;
-  size_t registry_shards = 1;
-  size_t gateway_actors = 1;
-  size_t decision_cache = 100'000;
-  size_t decision_cache_bytes = 64 * 1024 * 1024;
-  size_t key_cache_bytes = 4096;
+  caf::timespan ttl = std::chrono::milliseconds(route_defaults{}.ttl_ms);
+  caf::timespan key_idle_timeout = key_actor_options{}.idle_timeout;
+  size_t max_live_keys = registry_options{}.max_live_keys;
+  size_t registry_shards = node_options{}.registry_shards;
+  size_t gateway_actors = service_options{}.actors;
+  size_t decision_cache = webhook_options{}.decision_cache;
+  size_t decision_cache_bytes = webhook_options{}.decision_cache_bytes;
+  size_t key_cache_bytes = key_actor_options{}.max_cached_answer;
   caf::timespan in_flight_deadline = caf::timespan::zero();
 
   // [store]
-  size_t max_batch = 1024;
-  size_t max_pending = 65536;
-  uint64_t max_pending_bytes = 64 * 1024 * 1024;
-  size_t checkpoint_pages = 4000;
-  size_t max_pages = 0;
+  size_t max_batch = persistence::store_actor_options{}.max_batch;
+  size_t max_pending = persistence::store_actor_options{}.max_pending;
+  uint64_t max_pending_bytes =
+    persistence::store_actor_options{}.max_pending_bytes;
+  size_t checkpoint_pages = persistence::store_options{}.checkpoint_pages;
+  size_t max_pages = persistence::store_options{}.max_pages;
   bool store_on_scheduler = false;
 
   // [admin]
@@ -126,21 +131,24 @@ public:
   std::vector<std::string> cluster_peers;
   bool cluster_join = false;
   std::vector<size_t> cluster_initial;
-  caf::timespan election_timeout = std::chrono::milliseconds(500);
-  caf::timespan heartbeat_timeout = std::chrono::milliseconds(50);
-  size_t snapshot_threshold = 100'000;
-  size_t snapshot_trailing = 8192;
-  caf::timespan remote_timeout = std::chrono::seconds(1);
-  caf::timespan leader_wait = std::chrono::seconds(3);
-  size_t max_background = 10'000;
+  caf::timespan election_timeout =
+    std::chrono::milliseconds(cluster::raft_node_options{}.election_timeout_ms);
+  caf::timespan heartbeat_timeout = std::chrono::milliseconds(
+    cluster::raft_node_options{}.heartbeat_timeout_ms);
+  size_t snapshot_threshold = cluster::raft_node_options{}.snapshot_threshold;
+  size_t snapshot_trailing = cluster::raft_node_options{}.snapshot_trailing;
+  caf::timespan remote_timeout = cluster::cluster_options{}.remote_timeout;
+  caf::timespan leader_wait = routed_service_options{}.leader_wait;
+  size_t max_background = routed_service_options{}.max_background;
   uint64_t max_entry_bytes = 1024 * 1024;
-  uint64_t max_log_bytes = 128 * 1024 * 1024;
-  size_t max_background_bytes = 16 * 1024 * 1024;
+  uint64_t max_log_bytes = cluster::raft_node_options{}.max_log_bytes;
+  size_t max_background_bytes =
+    routed_service_options{}.max_background_bytes;
   size_t max_outstanding = 4;
 
   // [alarm]
-  size_t purge_chunk = 250;
-  caf::timespan alarm_max_interval = std::chrono::seconds(60);
+  size_t purge_chunk = alarm_options{}.chunk;
+  caf::timespan alarm_max_interval = alarm_options{}.max_interval;
 };
 
 } // namespace oncegate::gateway

@@ -33,8 +33,8 @@ struct raft_node_options {
   /// The initial voters (every bootstrapping node is given the same list).
   std::vector<member> initial;
   /// Election timeout (randomised by libraft to 1-2x) and heartbeat.
-  uint32_t election_timeout_ms = 1000;
-  uint32_t heartbeat_timeout_ms = 100;
+  uint32_t election_timeout_ms = 500;
+  uint32_t heartbeat_timeout_ms = 50;
   /// Entries between snapshots, and entries kept behind a snapshot.
   uint32_t snapshot_threshold = 100000;
   uint32_t snapshot_trailing = 8192;
