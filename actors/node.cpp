@@ -10,6 +10,7 @@
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "persistence/local_sink.hpp"
 
 namespace oncegate {
 
@@ -99,8 +100,9 @@ caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
     opts.on_store_clock(*clock);
   }
   std::shared_ptr<persistence::sqlite_store> shared{std::move(*db)};
-  auto store = persistence::spawn_store(sys, std::move(shared),
-                                        opts.store_actor, opts.detached_store);
+  auto store = persistence::spawn_store(
+    sys, std::make_shared<persistence::local_sink>(std::move(shared)),
+    opts.store_actor, opts.detached_store);
   return spawn_node_actors(sys, std::move(store), opts, std::move(now));
 }
 

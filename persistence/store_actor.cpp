@@ -2,16 +2,20 @@
 
 #include "common/mutant.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
@@ -24,13 +28,18 @@ namespace oncegate::persistence {
 
 namespace {
 
-// Who waits for one queued command (the promise of its kind is used).
+using clock_type = std::chrono::steady_clock;
+
+// Who waits for one queued command (the promise of its kind is used; a
+// doubt queued by a purge has none: the purge answers for both).
 struct waiter {
+  command::kind type = command::kind::claim;
   caf::typed_response_promise<claim_result> claim_rp;
   caf::typed_response_promise<update_result> update_rp;
   caf::typed_response_promise<purge_result> purge_rp;
+  caf::typed_response_promise<uint64_t> doubt_rp;
 
-  void fail(command::kind type, const caf::error& err) {
+  void fail(const caf::error& err) {
     switch (type) {
       case command::kind::claim:
         claim_rp.deliver(err);
@@ -42,107 +51,202 @@ struct waiter {
         purge_rp.deliver(err);
         break;
       case command::kind::doubt:
-        break; // queued by a purge, which answers for both
+        if (doubt_rp.pending())
+          doubt_rp.deliver(err);
+        break;
     }
   }
 };
 
+// A batch handed to an asynchronous sink, waiting for its outcome.
+struct in_flight_batch {
+  std::vector<waiter> waiting;
+  clock_type::time_point started;
+};
+
 struct store_state {
-  std::shared_ptr<sqlite_store> db;
+  std::shared_ptr<commit_sink> sink;
+  sink_traits traits;
   store_actor_options opts;
-  /// Commands waiting for the next transaction, and who waits for each.
+  /// Commands waiting for the next batch, and who waits for each.
   std::vector<command> pending;
   std::vector<waiter> waiters;
   /// Bytes of `pending` (as encoded).
   uint64_t pending_bytes = 0;
-  /// Index of the next batch: a single node numbers its transactions like
-  /// log entries, so that it applies them exactly as a replica would.
-  uint64_t next_index = 1;
+  /// Batches an asynchronous sink holds, by sequence number.
+  std::unordered_map<uint64_t, in_flight_batch> in_flight;
+  uint64_t next_seq = 1;
   bool flush_scheduled = false;
   store_stats stats;
 
   static inline const char* name = "oncegate.store";
 
-  // Applies the first `max_batch` pending commands as one batch (one
-  // transaction, see `apply_batch`) and answers them. Results are computed
-  // inside the transaction but delivered only after COMMIT returned.
-  void flush() {
-    flush_scheduled = false;
-    if (pending.empty())
-      return;
-    auto n = std::min<size_t>(pending.size(), opts.max_batch);
-    std::vector<command> batch(std::make_move_iterator(pending.begin()),
-                               std::make_move_iterator(pending.begin() + n));
-    std::vector<waiter> waiting(std::make_move_iterator(waiters.begin()),
-                                std::make_move_iterator(waiters.begin() + n));
-    pending.erase(pending.begin(), pending.begin() + n);
-    for (auto& cmd : batch)
-      pending_bytes -= std::min<uint64_t>(pending_bytes, encoded_size(cmd));
-    waiters.erase(waiters.begin(), waiters.begin() + n);
-    auto started = std::chrono::steady_clock::now();
-    auto results = apply_batch(*db, next_index, batch);
-    if (results && results->size() != batch.size())
-      results = make_error(errc::storage_failure,
-                           "batch " + std::to_string(next_index)
-                             + " was applied before");
-    if (!results) {
+  // CAF destroys the state when the actor exits (before its attachables
+  // run), however it exits: what is still queued then never reached the
+  // sink (nothing happened), and what an asynchronous sink holds may still
+  // commit (the outcome is unknown).
+  ~store_state() {
+    fail_pending(make_error(errc::store_unavailable, "store stopped"));
+    for (auto& kvp : in_flight)
+      for (auto& w : kvp.second.waiting)
+        w.fail(make_error(errc::leadership_lost, "store stopped"));
+  }
+
+  // Answers the commands of one batch from its outcome.
+  void settle(std::vector<waiter>& waiting, batch_outcome& out,
+              clock_type::time_point started) {
+    if (out && out->size() != waiting.size())
+      out = make_error(errc::storage_failure,
+                       "the sink answered " + std::to_string(out->size())
+                         + " results for " + std::to_string(waiting.size())
+                         + " commands");
+    if (!out) {
       ++stats.failed_commits;
-      log::store()->error("store.commit_failed batch={} error={}",
-                          batch.size(),
-                          describe(results.error()));
-      for (size_t i = 0; i < batch.size(); ++i)
-        waiting[i].fail(batch[i].type, results.error());
+      for (auto& w : waiting)
+        w.fail(out.error());
       return;
     }
-    ++next_index;
     ++stats.commits;
     stats.commit_seconds.observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-        .count());
-    stats.batch_size.observe(static_cast<double>(batch.size()));
-    stats.committed_ops += batch.size();
-    stats.max_batch = std::max<uint64_t>(stats.max_batch, batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      auto& res = (*results)[i];
-      switch (batch[i].type) {
+      std::chrono::duration<double>(clock_type::now() - started).count());
+    stats.batch_size.observe(static_cast<double>(waiting.size()));
+    stats.committed_ops += waiting.size();
+    stats.max_batch = std::max<uint64_t>(stats.max_batch, waiting.size());
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      auto& res = (*out)[i];
+      auto& w = waiting[i];
+      switch (w.type) {
         case command::kind::claim:
-          waiting[i].claim_rp.deliver(std::move(res.claim));
+          w.claim_rp.deliver(std::move(res.claim));
           break;
         case command::kind::update:
-          waiting[i].update_rp.deliver(std::move(res.update));
+          w.update_rp.deliver(std::move(res.update));
           break;
         case command::kind::purge: {
           stats.purged += res.purged;
           purge_result pr;
           pr.purged = res.purged;
-          if (auto next = db->next_expiry())
+          if (auto next = sink->reader().next_expiry())
             pr.next_due_ms = *next;
-          waiting[i].purge_rp.deliver(pr);
+          w.purge_rp.deliver(pr);
           break;
         }
         case command::kind::doubt:
-          if (res.doubted > 0)
+          if (w.doubt_rp.pending())
+            w.doubt_rp.deliver(res.doubted);
+          else if (res.doubted > 0)
             log::store()->warn("store.in_flight_doubted count={} reason="
                                "past_forward_deadline",
                                res.doubted);
-          break; // queued by a purge (see `waiter::fail`)
+          break;
       }
     }
+  }
+
+  // Fails every queued command (none of them reached the sink).
+  void fail_pending(const caf::error& err) {
+    for (auto& w : waiters)
+      w.fail(err);
+    pending.clear();
+    waiters.clear();
+    pending_bytes = 0;
+  }
+
+  // How many of the first pending commands form the next batch: at most
+  // `max_batch`, and at most the sink's bytes (a first one always fits).
+  std::pair<size_t, uint64_t> next_slice() const {
+    size_t n = 0;
+    uint64_t bytes = 0;
+    while (n < pending.size() && n < opts.max_batch) {
+      auto more = encoded_size(pending[n]);
+      if (n > 0 && bytes + more > traits.max_batch_bytes)
+        break;
+      bytes += more;
+      ++n;
+    }
+    return {n, bytes};
   }
 };
 
 using store_pointer = store_actor::stateful_pointer<store_state>;
 
-// Queues `op`; the flush message goes behind everything already in the
+// A claim decided from what is committed so far, not from its own commit:
+// what the mutants below answer early.
+[[maybe_unused]] claim_result provisional(sqlite_store& db,
+                                          const claim_request& req) {
+  claim_result res;
+  auto cur = db.load(req.route, req.key);
+  auto h = cur && cur->found ? std::optional<holder>{holder_of(cur->rec)}
+                             : std::nullopt;
+  res.outcome = decide(h ? &*h : nullptr, req.fingerprint, req.request_id,
+                       req.owner, req.now_ms)
+                  .value_or(decision::duplicate);
+  if (res.outcome == decision::accepted || res.outcome == decision::renewed)
+    res.rec = make_record(req);
+  else
+    res.rec = std::move(cur->rec);
+  return res;
+}
+
+// Hands the pending commands to the sink as batches while it takes more:
+// one batch per call for a synchronous sink (the next flush goes behind
+// what arrived meanwhile), up to `max_in_flight` for an asynchronous one.
+// Results are delivered only once the sink reported the batch committed.
+void flush(store_pointer self) {
+  auto& st = self->state;
+  st.flush_scheduled = false;
+  if (st.pending.empty())
+    return;
+  if (auto err = st.sink->refusal()) {
+    st.fail_pending(err);
+    return;
+  }
+  while (!st.pending.empty() && st.in_flight.size() < st.traits.max_in_flight) {
+    auto [n, bytes] = st.next_slice();
+    std::vector<command> batch(std::make_move_iterator(st.pending.begin()),
+                               std::make_move_iterator(st.pending.begin() + n));
+    std::vector<waiter> waiting(std::make_move_iterator(st.waiters.begin()),
+                                std::make_move_iterator(st.waiters.begin()
+                                                        + n));
+    st.pending.erase(st.pending.begin(), st.pending.begin() + n);
+    st.waiters.erase(st.waiters.begin(), st.waiters.begin() + n);
+    st.pending_bytes -= std::min(st.pending_bytes, bytes);
+    auto seq = st.next_seq++;
+    auto started = clock_type::now();
+    auto hdl = caf::actor_cast<store_actor>(self);
+    auto out = st.sink->commit(batch, [hdl, seq](batch_outcome res) {
+      caf::anon_send(hdl, commit_outcome{seq, std::move(res)});
+    });
+    if (out) {
+      st.settle(waiting, *out, started);
+      return;
+    }
+#ifdef ONCEGATE_MUTANTS
+    // Mutant answer-before-majority (BROKEN ON PURPOSE, common/mutant.hpp):
+    // claims are answered once proposed, decided from what this node
+    // applied so far (the later answer is dropped: a response promise
+    // delivers once).
+    if (ONCEGATE_MUTANT("answer-before-majority"))
+      for (size_t k = 0; k < batch.size(); ++k)
+        if (batch[k].type == command::kind::claim)
+          waiting[k].claim_rp.deliver(
+            provisional(st.sink->reader(), batch[k].claim));
+#endif
+    st.in_flight.emplace(seq, in_flight_batch{std::move(waiting), started});
+  }
+}
+
+// Queues `cmd`; the flush message goes behind everything already in the
 // mailbox, so all operations that arrived during the previous commit share
-// the next transaction.
+// the next batch.
 void enqueue(store_pointer self, command&& cmd, waiter&& w) {
   auto& st = self->state;
   auto bytes = encoded_size(cmd);
+  w.type = cmd.type;
   if (st.pending.size() >= st.opts.max_pending
       || (!st.pending.empty()
           && st.pending_bytes + bytes > st.opts.max_pending_bytes)) {
-    w.fail(cmd.type, make_error(errc::overloaded, "store queue full"));
+    w.fail(make_error(errc::overloaded, "store queue full"));
     return;
   }
   st.pending_bytes += bytes;
@@ -172,17 +276,7 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
 // the write commits later (100 ms later, or on the next flush like any
 // write: then only the fsync window separates the answer from the commit).
 claim_result unsafe_claim(store_pointer self, claim_request&& req) {
-  claim_result res;
-  auto cur = self->state.db->load(req.route, req.key);
-  auto h = cur && cur->found ? std::optional<holder>{holder_of(cur->rec)}
-                             : std::nullopt;
-  res.outcome = decide(h ? &*h : nullptr, req.fingerprint, req.request_id,
-                       req.owner, req.now_ms)
-                  .value_or(decision::duplicate);
-  if (res.outcome == decision::accepted || res.outcome == decision::renewed)
-    res.rec = make_record(req);
-  else
-    res.rec = std::move(cur->rec);
+  auto res = provisional(self->state.sink->reader(), req);
   command cmd;
   cmd.type = command::kind::claim;
   cmd.claim = std::move(req);
@@ -191,19 +285,43 @@ claim_result unsafe_claim(store_pointer self, claim_request&& req) {
 }
 #endif
 
+// Queues a write whose answer `rp` (of `waiter` member `slot`) promises.
+template <class T>
+caf::typed_response_promise<T>
+enqueue_for(store_pointer self, command&& cmd,
+            caf::typed_response_promise<T> waiter::*slot) {
+  waiter w;
+  w.*slot = self->make_response_promise<T>();
+  auto rp = w.*slot;
+  enqueue(self, std::move(cmd), std::move(w));
+  return rp;
+}
+
+// The answer of a read: its value or its error.
+template <class T>
+caf::result<T> answer(caf::expected<T>&& res) {
+  if (!res)
+    return std::move(res.error());
+  return std::move(*res);
+}
+
 store_actor::behavior_type store_impl(store_pointer self,
-                                      std::shared_ptr<sqlite_store> db,
+                                      std::shared_ptr<commit_sink> sink,
                                       store_actor_options opts) {
-  self->state.db = std::move(db);
-  self->state.opts = opts;
-  // Continue the numbering where the file left it.
-  if (auto applied = self->state.db->applied_index())
-    self->state.next_index = *applied + 1;
-  // Commit what is queued before going away: those requests were accepted,
-  // and their senders are still waiting for an answer.
+  auto& st = self->state;
+  st.sink = std::move(sink);
+  st.traits = st.sink->traits();
+  st.traits.max_in_flight = std::max<uint32_t>(st.traits.max_in_flight, 1);
+  st.opts = opts;
+  st.opts.max_batch = std::max<uint32_t>(st.opts.max_batch, 1);
+  // Commit what is queued before going away where the sink says so: those
+  // requests were accepted, and their senders are still waiting for an
+  // answer.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
-    while (!self->state.pending.empty())
-      self->state.flush();
+    auto& st = self->state;
+    if (st.traits.commit_on_exit)
+      while (!st.pending.empty() && st.in_flight.empty())
+        flush(self);
     self->quit(msg.reason);
   });
   return {
@@ -215,87 +333,80 @@ store_actor::behavior_type store_impl(store_pointer self,
       command cmd;
       cmd.type = command::kind::claim;
       cmd.claim = std::move(req);
-      waiter w;
-      w.claim_rp = self->make_response_promise<claim_result>();
-      auto rp = w.claim_rp;
-      enqueue(self, std::move(cmd), std::move(w));
-      return rp;
+      return enqueue_for(self, std::move(cmd), &waiter::claim_rp);
     },
     [self](update_atom, record_update& upd) {
       command cmd;
       cmd.type = command::kind::update;
       cmd.update = std::move(upd);
-      waiter w;
-      w.update_rp = self->make_response_promise<update_result>();
-      auto rp = w.update_rp;
-      enqueue(self, std::move(cmd), std::move(w));
-      return rp;
+      return enqueue_for(self, std::move(cmd), &waiter::update_rp);
     },
-    [self](get_atom, const std::string& route,
-           const std::string& key) -> caf::result<lookup_result> {
-      auto res = self->state.db->load(route, key);
-      if (!res)
-        return std::move(res.error());
-      return std::move(*res);
+    [self](list_atom, const std::string& route, record_state state,
+           const std::string& after, uint32_t limit) {
+      return answer(self->state.sink->reader().list(route, state, after,
+                                                    limit));
+    },
+    [self](get_atom, const std::string& route, const std::string& key) {
+      return answer(self->state.sink->reader().load(route, key));
     },
     [self](purge_atom, int64_t now_ms, uint32_t limit) {
       // Records in flight past their forward deadline turn in-doubt first
       // (no one waits for that answer), then the expired ones go.
-      if (self->state.opts.in_flight_deadline_ms > 0) {
+      auto& st = self->state;
+      if (st.opts.in_flight_deadline_ms > 0) {
         command doubt;
         doubt.type = command::kind::doubt;
         doubt.owner = 0;
-        doubt.before_ms = now_ms - self->state.opts.in_flight_deadline_ms;
+        doubt.before_ms = st.sink->stamp(now_ms)
+                          - st.opts.in_flight_deadline_ms;
         enqueue(self, std::move(doubt), waiter{});
       }
       command cmd;
       cmd.type = command::kind::purge;
       cmd.now_ms = now_ms;
       cmd.limit = limit;
-      waiter w;
-      w.purge_rp = self->make_response_promise<purge_result>();
-      auto rp = w.purge_rp;
-      enqueue(self, std::move(cmd), std::move(w));
-      return rp;
+      return enqueue_for(self, std::move(cmd), &waiter::purge_rp);
     },
-    [self](list_atom, const std::string& route, record_state state,
-           const std::string& after,
-           uint32_t limit) -> caf::result<record_page> {
-      auto res = self->state.db->list(route, state, after, limit);
-      if (!res)
-        return std::move(res.error());
-      return std::move(*res);
+    [self](doubt_atom, uint64_t owner, int64_t before_ms) {
+      command cmd;
+      cmd.type = command::kind::doubt;
+      cmd.owner = owner;
+      cmd.before_ms = before_ms;
+      return enqueue_for(self, std::move(cmd), &waiter::doubt_rp);
     },
-    [self](next_atom) -> caf::result<int64_t> {
-      auto res = self->state.db->next_expiry();
-      if (!res)
-        return std::move(res.error());
-      return *res;
-    },
+    [self](next_atom) { return answer(self->state.sink->reader().next_expiry()); },
     [self](stats_atom) {
       auto stats = self->state.stats;
-      if (auto xs = self->state.db->unsettled())
+      if (auto xs = self->state.sink->reader().unsettled())
         stats.unsettled = std::move(*xs);
       return stats;
     },
-    [self](count_atom) -> caf::result<uint64_t> {
-      auto res = self->state.db->count();
-      if (!res)
-        return std::move(res.error());
-      return *res;
-    },
+    [self](count_atom) { return answer(self->state.sink->reader().count()); },
     [self](flush_atom) {
       auto& st = self->state;
-      st.flush();
-      // More than one batch queued: the next goes behind what arrived
-      // meanwhile, as the first did. Every operation waiting in the mailbox
-      // is in `pending` before a commit starts, so `max_pending` bounds the
-      // whole queue (a commit that stalls makes the mailbox grow, not the
-      // work: what does not fit is refused at once).
-      if (!st.pending.empty() && !st.flush_scheduled) {
+      flush(self);
+      // More than one batch queued while the sink takes another: the next
+      // goes behind what arrived meanwhile, as the first did. Every
+      // operation waiting in the mailbox is in `pending` before a commit
+      // starts, so `max_pending` bounds the whole queue (a commit that
+      // stalls makes the mailbox grow, not the work: what does not fit is
+      // refused at once).
+      if (!st.pending.empty() && !st.flush_scheduled
+          && st.in_flight.size() < st.traits.max_in_flight) {
         st.flush_scheduled = true;
         self->send(self, flush_atom::value);
       }
+    },
+    [self](commit_outcome& out) {
+      auto& st = self->state;
+      auto i = st.in_flight.find(out.seq);
+      if (i == st.in_flight.end())
+        return;
+      auto batch = std::move(i->second);
+      st.in_flight.erase(i);
+      st.settle(batch.waiting, out.results, batch.started);
+      // A slot is free: what waited for it goes now.
+      flush(self);
     },
   };
 }
@@ -303,11 +414,11 @@ store_actor::behavior_type store_impl(store_pointer self,
 } // namespace
 
 store_actor spawn_store(caf::actor_system& sys,
-                        std::shared_ptr<sqlite_store> db,
+                        std::shared_ptr<commit_sink> sink,
                         store_actor_options opts, bool detached) {
   if (detached)
-    return sys.spawn<caf::detached>(store_impl, std::move(db), opts);
-  return sys.spawn(store_impl, std::move(db), opts);
+    return sys.spawn<caf::detached>(store_impl, std::move(sink), opts);
+  return sys.spawn(store_impl, std::move(sink), opts);
 }
 
 } // namespace oncegate::persistence

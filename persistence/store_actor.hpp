@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/fwd.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/replies_to.hpp>
@@ -13,10 +14,9 @@
 #include "common/atoms.hpp"
 #include "common/histogram.hpp"
 #include "common/record.hpp"
+#include "persistence/commit_sink.hpp"
 
 namespace oncegate::persistence {
-
-class sqlite_store;
 
 /// Counters of one store actor.
 struct store_stats {
@@ -25,11 +25,13 @@ struct store_stats {
   /// Operations (claims, updates and purges) made durable.
   uint64_t committed_ops = 0;
   uint64_t purged = 0;
-  /// Largest batch committed in one transaction.
+  /// Largest batch committed at once.
   uint64_t max_batch = 0;
-  /// Seconds from BEGIN to the end of COMMIT, per transaction.
+  /// Seconds from handing a batch to the sink to its outcome (a single
+  /// node: BEGIN to the end of COMMIT; a cluster: proposal to local
+  /// application), per batch.
   histogram commit_seconds{histogram::latency_bounds()};
-  /// Operations per transaction.
+  /// Operations per batch.
   histogram batch_size{histogram::size_bounds()};
   /// Unsettled records per route and state, counted when the stats are
   /// asked for (through the unsettled index: cheap while few are).
@@ -43,13 +45,28 @@ typename Inspector::result_type inspect(Inspector& f, store_stats& x) {
            x.batch_size, x.unsettled);
 }
 
+/// The outcome of batch `seq`, from an asynchronous sink (the store actor
+/// sends it to itself from the sink's thread).
+struct commit_outcome {
+  uint64_t seq = 0;
+  batch_outcome results{std::vector<command_result>{}};
+};
+
+} // namespace oncegate::persistence
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(oncegate::persistence::commit_outcome)
+
+namespace oncegate::persistence {
+
 /// The store: the one place where decisions become durable.
 ///
-/// Writes are group-committed: operations arriving while a transaction
-/// commits form the next transaction, and every operation is answered only
-/// after the transaction holding it committed (`synchronous=FULL`). A failed
-/// commit fails every operation of its batch with `errc::commit_failed`;
-/// nothing of it is durable. A replicated store answers the same interface.
+/// Writes are group-committed: operations arriving while a batch commits
+/// form the next batch, and every operation is answered only after the
+/// batch holding it committed (on a single node: its transaction, with
+/// `synchronous=FULL`; in a cluster: its log entry, on a majority). A failed
+/// commit fails every operation of its batch (`errc::commit_failed`, or the
+/// sink's error); nothing of it is durable. How a batch commits is the
+/// `commit_sink`'s: the same actor serves a single node and a cluster.
 using store_actor = caf::typed_actor<
   /// Decides and persists a claim; see `sqlite_store::claim`.
   caf::replies_to<claim_atom, claim_request>::with<claim_result>,
@@ -62,6 +79,9 @@ using store_actor = caf::typed_actor<
   caf::replies_to<get_atom, std::string, std::string>::with<lookup_result>,
   /// Deletes up to `limit` records expired at `now_ms`; answers what is left.
   caf::replies_to<purge_atom, int64_t, uint32_t>::with<purge_result>,
+  /// Turns the in-flight records of `owner` (0: any) first seen before
+  /// `before_ms` into in-doubt (see `sqlite_store::doubt`); answers how many.
+  caf::replies_to<doubt_atom, uint64_t, int64_t>::with<uint64_t>,
   /// Answers the earliest expiry (-1: none).
   caf::replies_to<next_atom>::with<int64_t>,
   /// Answers the counters.
@@ -70,11 +90,13 @@ using store_actor = caf::typed_actor<
   /// paths or frequent scrapes).
   caf::replies_to<count_atom>::with<uint64_t>,
   /// Commits the open batch (sent by the actor to itself).
-  caf::reacts_to<flush_atom>>;
+  caf::reacts_to<flush_atom>,
+  /// Settles a batch an asynchronous sink committed (sent to itself).
+  caf::reacts_to<commit_outcome>>;
 
 /// Limits of the store actor.
 struct store_actor_options {
-  /// Operations per transaction at most.
+  /// Operations per batch at most.
   uint32_t max_batch = 1024;
   /// Operations waiting for a transaction at most; beyond, new operations
   /// fail at once with `errc::overloaded`.
@@ -89,10 +111,11 @@ struct store_actor_options {
   int64_t in_flight_deadline_ms = 0;
 };
 
-/// Spawns the store actor owning `db`. Production spawns it detached (its
-/// own thread: SQLite blocks); deterministic tests spawn it scheduled.
+/// Spawns the store actor over `sink` (`local_sink` on a single node).
+/// Production spawns it detached (its own thread: SQLite blocks);
+/// deterministic tests spawn it scheduled.
 store_actor spawn_store(caf::actor_system& sys,
-                        std::shared_ptr<sqlite_store> db,
+                        std::shared_ptr<commit_sink> sink,
                         store_actor_options opts, bool detached);
 
 } // namespace oncegate::persistence

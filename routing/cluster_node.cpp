@@ -208,8 +208,8 @@ void doubt_own(front_pointer self) {
   auto status = st.raft->status();
   if (status.leader_ready) {
     self
-      ->request(caf::actor_cast<caf::actor>(st.local.store),
-                st.remote_timeout, doubt_atom::value, st.id, st.started_ms)
+      ->request(st.local.store, st.remote_timeout, doubt_atom::value, st.id,
+                st.started_ms)
       .then(on_done, [retry](caf::error&) { retry(); });
     return;
   }
@@ -279,11 +279,11 @@ caf::behavior front_impl(front_pointer self, node local,
     },
     // From another node (or this one) at its start: doubt its old records.
     [self](doubt_atom, uint64_t owner,
-           int64_t before_ms) -> caf::result<caf::message> {
+           int64_t before_ms) -> caf::result<uint64_t> {
       if (!self->state.ready())
         return not_leader();
-      return self->delegate(caf::actor_cast<caf::actor>(self->state.local.store),
-                            doubt_atom::value, owner, before_ms);
+      return self->delegate(self->state.local.store, doubt_atom::value, owner,
+                            before_ms);
     },
     // This node's own start-up doubt (sent to itself, retried).
     [self](doubt_atom) { doubt_own(self); },
@@ -321,10 +321,10 @@ caf::behavior front_impl(front_pointer self, node local,
       if (out.removed != 0 && out.status == 0) {
         // A removed node never comes back to settle what it had in flight:
         // those records are in doubt now (never re-executed automatically).
-        auto store = caf::actor_cast<caf::actor>(self->state.local.store);
         auto id = out.removed;
         self
-          ->request(store, self->state.remote_timeout, doubt_atom::value, id,
+          ->request(self->state.local.store, self->state.remote_timeout,
+                    doubt_atom::value, id,
                     std::numeric_limits<int64_t>::max())
           .then(
             [id](uint64_t n) {

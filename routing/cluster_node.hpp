@@ -17,7 +17,7 @@
 
 #include "actors/node.hpp"
 #include "replication/raft_node.hpp"
-#include "replication/replicated_store.hpp"
+#include "replication/raft_sink.hpp"
 
 namespace oncegate::cluster {
 

@@ -2,11 +2,13 @@
 #include "caf/test/dsl.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include <sqlite3.h>
 
 #include "common/errc.hpp"
+#include "persistence/local_sink.hpp"
 #include "persistence/sqlite_store.hpp"
 #include "persistence/store_actor.hpp"
 #include "tests/common/fixture.hpp"
@@ -18,6 +20,57 @@ using oncegate::test::make_claim;
 using oncegate::test::reply_slot;
 
 namespace {
+
+// An asynchronous sink under the test's control: it holds each batch until
+// the test settles it (applied to `db`, as a replica would), or refuses
+// everything while `refuse` is set.
+class held_sink final : public commit_sink {
+public:
+  held_sink(std::shared_ptr<sqlite_store> db, sink_traits traits)
+    : db_(std::move(db)), traits_(traits) {
+    // nop
+  }
+
+  sink_traits traits() const override {
+    return traits_;
+  }
+
+  sqlite_store& reader() override {
+    return *db_;
+  }
+
+  int64_t stamp(int64_t requested_ms) override {
+    return requested_ms;
+  }
+
+  caf::error refusal() override {
+    if (refuse)
+      return make_error(errc::not_leader, "refused by the test");
+    return {};
+  }
+
+  std::optional<batch_outcome> commit(std::vector<command>& batch,
+                                      commit_callback done) override {
+    held.emplace_back(batch, std::move(done));
+    return std::nullopt;
+  }
+
+  /// Applies the oldest held batch and reports its outcome.
+  void settle_oldest() {
+    CAF_REQUIRE(!held.empty());
+    auto [batch, done] = std::move(held.front());
+    held.erase(held.begin());
+    done(apply_batch(*db_, ++index_, batch));
+  }
+
+  bool refuse = false;
+  std::vector<std::pair<std::vector<command>, commit_callback>> held;
+
+private:
+  std::shared_ptr<sqlite_store> db_;
+  sink_traits traits_;
+  uint64_t index_ = 0;
+};
 
 struct fixture : test_coordinator_fixture<test::test_config> {
   test::temp_dir dir;
@@ -32,13 +85,29 @@ struct fixture : test_coordinator_fixture<test::test_config> {
     auto res = sqlite_store::open(opts);
     CAF_REQUIRE(res);
     db = std::move(*res);
-    store = spawn_store(sys, db, store_actor_options{}, false);
+    store = spawn_local();
     sched.run();
+  }
+
+  /// The store actor over the local sink on `db`.
+  store_actor spawn_local(store_actor_options opts = {}) {
+    return spawn_store(sys, std::make_shared<local_sink>(db), opts, false);
   }
 
   ~fixture() {
     anon_send_exit(store, caf::exit_reason::user_shutdown);
     sched.run();
+  }
+
+  /// Claims keys k0 .. k(n-1) at `now_ms`, one client each.
+  std::vector<reply_slot<claim_result>> claim_keys(int n,
+                                                   int64_t now_ms = 1000) {
+    std::vector<reply_slot<claim_result>> replies;
+    for (int i = 0; i < n; ++i)
+      replies.push_back(ask<claim_result>(sys, store, claim_atom::value,
+                                          make_claim("k" + std::to_string(i),
+                                                     now_ms)));
+    return replies;
   }
 
   uint64_t records() {
@@ -86,11 +155,7 @@ struct fixture : test_coordinator_fixture<test::test_config> {
 CAF_TEST_FIXTURE_SCOPE(store_actor_tests, fixture)
 
 CAF_TEST(claims that arrive together share one transaction) {
-  std::vector<reply_slot<claim_result>> replies;
-  for (int i = 0; i < 64; ++i)
-    replies.push_back(ask<claim_result>(sys, store, claim_atom::value,
-                                        make_claim("k" + std::to_string(i),
-                                                   1000)));
+  auto replies = claim_keys(64);
   sched.run();
   for (auto& r : replies) {
     CAF_REQUIRE(*r && **r);
@@ -137,11 +202,7 @@ CAF_TEST(a claim is acknowledged only after its transaction committed) {
 CAF_TEST(a failed commit fails every claim of its batch) {
   // Exactly COMMIT fails (every INSERT of the batch succeeded before it).
   fault.fail_next();
-  std::vector<reply_slot<claim_result>> replies;
-  for (int i = 0; i < 16; ++i)
-    replies.push_back(ask<claim_result>(sys, store, claim_atom::value,
-                                        make_claim("k" + std::to_string(i),
-                                                   1000)));
+  auto replies = claim_keys(16);
   sched.run();
   CAF_CHECK_EQUAL(fault.failures(), 1);
   for (auto& r : replies) {
@@ -155,11 +216,7 @@ CAF_TEST(a failed commit fails every claim of its batch) {
   CAF_CHECK_EQUAL(records(), 0u);
   CAF_CHECK_EQUAL(db->applied_index(), 0u);
   // Nothing was granted: the same claims are accepted when retried.
-  replies.clear();
-  for (int i = 0; i < 16; ++i)
-    replies.push_back(ask<claim_result>(sys, store, claim_atom::value,
-                                        make_claim("k" + std::to_string(i),
-                                                   1001)));
+  replies = claim_keys(16, 1001);
   sched.run();
   for (auto& r : replies) {
     CAF_REQUIRE(*r && **r);
@@ -197,7 +254,7 @@ CAF_TEST(each transaction is numbered like a log entry) {
   // A store actor spawned later on the same file continues the numbering.
   anon_send_exit(store, caf::exit_reason::user_shutdown);
   sched.run();
-  store = spawn_store(sys, db, store_actor_options{}, false);
+  store = spawn_local();
   sched.run();
   auto c = ask<claim_result>(sys, store, claim_atom::value,
                              make_claim("k1", 1001));
@@ -224,7 +281,7 @@ CAF_TEST(a purge turns records in flight past their deadline in doubt) {
   sched.run();
   store_actor_options opts;
   opts.in_flight_deadline_ms = 10'000;
-  store = spawn_store(sys, db, opts, false);
+  store = spawn_local(opts);
   sched.run();
   auto in_flight = [](const std::string& key, int64_t now) {
     auto req = make_claim(key, now, "{}", 1'000);
@@ -266,6 +323,78 @@ CAF_TEST(a purge turns records in flight past their deadline in doubt) {
   CAF_CHECK_EQUAL(purge(1'000'000'000).purged, 0u);
   CAF_CHECK_EQUAL(state_of("b"), record_state::in_doubt);
   CAF_CHECK_EQUAL(records(), 2u);
+}
+
+CAF_TEST(a doubt is answered with the number of records it turned in doubt) {
+  auto req = make_claim("k1", 1000);
+  req.initial_state = record_state::in_flight;
+  req.owner = 7;
+  auto a = ask<claim_result>(sys, store, claim_atom::value, req);
+  sched.run();
+  CAF_REQUIRE(*a && **a);
+  auto other = ask<uint64_t>(sys, store, doubt_atom::value, uint64_t{8},
+                             std::numeric_limits<int64_t>::max());
+  auto own = ask<uint64_t>(sys, store, doubt_atom::value, uint64_t{7},
+                           std::numeric_limits<int64_t>::max());
+  sched.run();
+  CAF_REQUIRE(*other && **other && *own && **own);
+  CAF_CHECK_EQUAL(***other, 0u);
+  CAF_CHECK_EQUAL(***own, 1u);
+  auto k1 = db->load("default", "k1");
+  CAF_REQUIRE(k1 && k1->found);
+  CAF_CHECK_EQUAL(k1->rec.state, record_state::in_doubt);
+}
+
+CAF_TEST(an asynchronous sink holds at most its batches in flight and answers only settled ones) {
+  anon_send_exit(store, caf::exit_reason::user_shutdown);
+  sched.run();
+  sink_traits traits;
+  traits.max_in_flight = 2;
+  traits.max_batch_bytes = 1; // every command is a batch of its own
+  traits.commit_on_exit = false;
+  auto sink = std::make_shared<held_sink>(db, traits);
+  store = spawn_store(sys, sink, store_actor_options{}, false);
+  sched.run();
+  auto replies = claim_keys(5);
+  sched.run();
+  CAF_CHECK_EQUAL(sink->held.size(), 2u);
+  for (auto& r : replies)
+    CAF_CHECK(!*r);
+  // One settles: its claim is answered, and the next batch takes its slot.
+  sink->settle_oldest();
+  sched.run();
+  CAF_REQUIRE(*replies[0] && **replies[0]);
+  CAF_CHECK_EQUAL((**replies[0])->outcome, decision::accepted);
+  CAF_CHECK(!*replies[1]);
+  CAF_CHECK_EQUAL(sink->held.size(), 2u);
+  CAF_CHECK_EQUAL(sink->held.back().first.front().claim.key, "k2");
+  // A refusing sink fails what is queued (k3, k4 and the new one), and
+  // nothing more reaches it.
+  sink->refuse = true;
+  auto refused = ask<claim_result>(sys, store, claim_atom::value,
+                                   make_claim("k9", 1000));
+  sched.run();
+  CAF_CHECK_EQUAL(sink->held.size(), 2u);
+  for (auto& r : {replies[3], replies[4], refused}) {
+    CAF_REQUIRE(*r && !**r);
+    CAF_CHECK_EQUAL(errc_of((**r).error()), errc::not_leader);
+  }
+  sink->refuse = false;
+  // At exit, what is still queued fails (it was never handed over), and
+  // what is in flight fails with an unknown outcome.
+  auto queued = ask<claim_result>(sys, store, claim_atom::value,
+                                  make_claim("k10", 1000));
+  sched.run();
+  CAF_CHECK(!*queued);
+  anon_send_exit(store, caf::exit_reason::user_shutdown);
+  sched.run();
+  for (auto& r : {replies[1], replies[2]}) {
+    CAF_REQUIRE(*r && !**r);
+    CAF_CHECK_EQUAL(errc_of((**r).error()), errc::leadership_lost);
+  }
+  CAF_REQUIRE(*queued && !**queued);
+  CAF_CHECK_EQUAL(errc_of((**queued).error()), errc::store_unavailable);
+  CAF_CHECK_EQUAL(db->count(), 1u);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -20,7 +20,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "replication/raft_node.hpp"
-#include "replication/replicated_store.hpp"
+#include "replication/raft_sink.hpp"
 #include "common/errc.hpp"
 #include "persistence/sqlite_store.hpp"
 #include "tests/common/fixture.hpp"

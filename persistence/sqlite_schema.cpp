@@ -1,0 +1,232 @@
+// All SQL of oncegate: the schema, its forward migrations and every
+// prepared statement, by name; and the steps that run them.
+#include "persistence/sqlite_store_impl.hpp"
+
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "common/errc.hpp"
+#include "common/logging.hpp"
+
+namespace oncegate::persistence {
+
+namespace detail {
+
+namespace {
+
+// Forward migrations: entry N brings a database from version N to N + 1.
+// Never edit a released entry; append a new one.
+const char* const migrations[] = {
+  // 0 -> 1: the record table and its expiry index (the durable alarms).
+  "CREATE TABLE records("
+  "  route TEXT NOT NULL,"
+  "  key TEXT NOT NULL,"
+  "  state INTEGER NOT NULL,"
+  "  fingerprint BLOB NOT NULL,"
+  "  first_seen_ms INTEGER NOT NULL,"
+  "  expires_at_ms INTEGER NOT NULL,"
+  "  status INTEGER NOT NULL,"
+  "  response BLOB NOT NULL,"
+  "  signal BLOB NOT NULL,"
+  "  PRIMARY KEY (route, key));"
+  "CREATE INDEX records_by_expiry ON records(expires_at_ms);",
+  // 1 -> 2: stored response headers; a small index of unsettled records
+  // (in flight or in doubt) for recovery and operator listings.
+  "ALTER TABLE records ADD COLUMN headers BLOB NOT NULL DEFAULT x'';"
+  "CREATE INDEX records_unsettled ON records(route, state, key)"
+  "  WHERE state != 1;",
+  // 2 -> 3: who made each claim (node and request attempt), so that an
+  // attempt asking again after a lost answer is recognised, and a node's
+  // in-flight records can be doubted when it restarts.
+  "ALTER TABLE records ADD COLUMN owner INTEGER NOT NULL DEFAULT 0;"
+  "ALTER TABLE records ADD COLUMN request_id INTEGER NOT NULL DEFAULT 0;",
+  // 3 -> 4: only completed records expire (in-flight and in-doubt ones wait
+  // for a transition), so the expiry index holds completed records only and
+  // purges never meet an unsettled one.
+  "DROP INDEX records_by_expiry;"
+  "CREATE INDEX records_expiry ON records(expires_at_ms) WHERE state = 1;",
+};
+
+static_assert(std::size(migrations) == sqlite_store::schema_version);
+
+} // namespace
+
+const char* const create_meta_sql
+  = "CREATE TABLE IF NOT EXISTS meta("
+    "  name TEXT PRIMARY KEY,"
+    "  value INTEGER NOT NULL) WITHOUT ROWID";
+
+const char* const statements[stmt_count_ids] = {
+  // stmt_begin: IMMEDIATE takes the write lock up front, so a commit cannot
+  // fail on lock upgrade half way through a batch.
+  "BEGIN IMMEDIATE",
+  // stmt_begin_read: the read lock (and so the state it sees) is taken by
+  // the first read inside the transaction.
+  "BEGIN DEFERRED",
+  // stmt_commit
+  "COMMIT",
+  // stmt_rollback
+  "ROLLBACK",
+  // stmt_select_record
+  "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
+  "       response, signal, headers, owner, request_id"
+  "  FROM records WHERE route = ?1 AND key = ?2",
+  // stmt_insert_new: most claims are for new keys; one statement decides
+  // them (a conflict changes nothing and falls back to reading the row).
+  "INSERT INTO records(route, key, state, fingerprint, first_seen_ms,"
+  "  expires_at_ms, status, response, signal, headers, owner, request_id)"
+  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+  "  ON CONFLICT(route, key) DO NOTHING",
+  // stmt_upsert_record
+  "INSERT OR REPLACE INTO records(route, key, state, fingerprint,"
+  "  first_seen_ms, expires_at_ms, status, response, signal, headers,"
+  "  owner, request_id)"
+  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+  // stmt_complete: from in_flight (0) or in_doubt (2) to completed (1).
+  // A completion that comes late (an in-doubt record settled after its TTL)
+  // still protects the key for a whole TTL from now (?8): otherwise the
+  // sender's next retry would find it expired and execute again.
+  "UPDATE records SET state = 1, status = ?3, response = ?4, headers = ?6,"
+  "  expires_at_ms = MAX(expires_at_ms, ?8 + (expires_at_ms - first_seen_ms))"
+  "  WHERE route = ?1 AND key = ?2 AND state IN (0, 2)"
+  "    AND (?5 = 0 OR first_seen_ms = ?5) AND (?7 = 0 OR request_id = ?7)",
+  // stmt_mark_in_doubt: from in_flight (0) to in_doubt (2).
+  "UPDATE records SET state = 2"
+  "  WHERE route = ?1 AND key = ?2 AND state = 0"
+  "    AND (?3 = 0 OR first_seen_ms = ?3) AND (?4 = 0 OR request_id = ?4)",
+  // stmt_release
+  "DELETE FROM records"
+  "  WHERE route = ?1 AND key = ?2 AND (?3 = 0 OR first_seen_ms = ?3)"
+  "    AND (?4 = 0 OR request_id = ?4)",
+  // stmt_release_settled: like stmt_release, but never an in-flight (0)
+  // record: its forward still runs.
+  "DELETE FROM records"
+  "  WHERE route = ?1 AND key = ?2 AND (?3 = 0 OR first_seen_ms = ?3)"
+  "    AND (?4 = 0 OR request_id = ?4) AND state != 0",
+  // stmt_list_state: through the unsettled index (state != 1; only for
+  // the unsettled states it lists).
+  "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
+  "       response, signal, headers, owner, request_id, key"
+  "  FROM records WHERE route = ?1 AND state = ?2 AND key > ?3"
+  "    AND state != 1"
+  "  ORDER BY key LIMIT ?4",
+  // stmt_doubt: in_flight (0) -> in_doubt (2) for the claims of owner ?1
+  // (0: any) first seen before ?2. `state != 1` repeats the partial index's
+  // WHERE so that SQLite uses the index instead of scanning every record.
+  "UPDATE records SET state = 2 WHERE state = 0 AND state != 1"
+  "  AND (?1 = 0 OR owner = ?1) AND first_seen_ms < ?2",
+  // stmt_purge: completed records only (the one expiry rule, see
+  // `live`), oldest first through the expiry index, bounded.
+  "DELETE FROM records WHERE rowid IN ("
+  "  SELECT rowid FROM records WHERE state = 1 AND expires_at_ms <= ?1"
+  "  ORDER BY expires_at_ms LIMIT ?2)",
+  // stmt_next_expiry: of completed records (the others never expire).
+  "SELECT MIN(expires_at_ms) FROM records WHERE state = 1",
+  // stmt_count
+  "SELECT COUNT(*) FROM records",
+  // stmt_get_version
+  "SELECT value FROM meta WHERE name = 'schema_version'",
+  // stmt_set_version
+  "INSERT OR REPLACE INTO meta(name, value) VALUES('schema_version', ?1)",
+  // stmt_get_applied
+  "SELECT value FROM meta WHERE name = 'applied_index'",
+  // stmt_set_applied
+  "INSERT OR REPLACE INTO meta(name, value) VALUES('applied_index', ?1)",
+  // stmt_get_clock
+  "SELECT value FROM meta WHERE name = 'clock_ms'",
+  // stmt_set_clock
+  "INSERT OR REPLACE INTO meta(name, value) VALUES('clock_ms', ?1)",
+  // stmt_unsettled: through the unsettled index.
+  "SELECT route, state, COUNT(*) FROM records WHERE state != 1"
+  "  GROUP BY route, state",
+};
+
+caf::error sqlite_error(sqlite3* db, const char* what) {
+  std::string ctx = what;
+  ctx += ": ";
+  ctx += db ? sqlite3_errmsg(db) : "out of memory";
+  return make_error(errc::storage_failure, std::move(ctx));
+}
+
+caf::error schema_too_new(const std::string& what, int64_t found) {
+  return make_error(errc::schema_too_new,
+                    what + std::to_string(found) + ", this build knows up to "
+                      + std::to_string(sqlite_store::schema_version));
+}
+
+} // namespace detail
+
+using namespace detail;
+
+caf::error sqlite_store::impl::exec(const char* sql) {
+  char* msg = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+    std::string ctx = sql;
+    ctx += ": ";
+    ctx += msg ? msg : "unknown error";
+    sqlite3_free(msg);
+    return make_error(errc::storage_failure, std::move(ctx));
+  }
+  return caf::none;
+}
+
+caf::error sqlite_store::impl::step_done(stmt_id id) {
+  auto st = stmts[id];
+  stmt_guard guard{st};
+  if (sqlite3_step(st) != SQLITE_DONE)
+    return sqlite_error(db, statements[id]);
+  return caf::none;
+}
+
+caf::error sqlite_store::impl::prepare_all() {
+  for (size_t i = 0; i < stmt_count_ids; ++i)
+    if (!stmts[i]
+        && sqlite3_prepare_v3(db, statements[i], -1,
+                              SQLITE_PREPARE_PERSISTENT, &stmts[i], nullptr)
+             != SQLITE_OK)
+      return sqlite_error(db, statements[i]);
+  return caf::none;
+}
+
+caf::expected<int> sqlite_store::impl::read_version() {
+  auto st = stmts[stmt_get_version];
+  stmt_guard guard{st};
+  switch (sqlite3_step(st)) {
+    case SQLITE_ROW:
+      return sqlite3_column_int(st, 0);
+    case SQLITE_DONE:
+      return 0;
+    default:
+      return sqlite_error(db, "read schema version");
+  }
+}
+
+caf::error sqlite_store::impl::migrate() {
+  auto v = read_version();
+  if (!v)
+    return std::move(v.error());
+  if (*v > schema_version)
+    return schema_too_new("database schema ", *v);
+  for (int i = *v; i < schema_version; ++i) {
+    if (auto err = exec("BEGIN IMMEDIATE"))
+      return err;
+    auto err = exec(migrations[i]);
+    if (!err) {
+      auto st = stmts[stmt_set_version];
+      sqlite3_bind_int(st, 1, i + 1);
+      err = step_done(stmt_set_version);
+    }
+    if (!err)
+      err = exec("COMMIT");
+    if (err) {
+      exec("ROLLBACK");
+      return err;
+    }
+    log::store()->info("store.migrated from={} to={}", i, i + 1);
+  }
+  version = schema_version;
+  return caf::none;
+}
+
+} // namespace oncegate::persistence
