@@ -173,7 +173,8 @@ inline record make_record(const claim_request& req) {
 }
 
 /// The decision on a claim plus the record that is live afterwards (the new
-/// one when granted, the existing one otherwise).
+/// one when granted, the existing one otherwise), without its body
+/// (`signal` is empty: only the store keeps it).
 struct claim_result {
   decision outcome = decision::accepted;
   record rec;

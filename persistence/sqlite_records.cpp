@@ -52,6 +52,13 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
   };
   // Writes `result.rec` with statement `id` (the changes stay readable
   // after the guard reset it).
+  // A claim's answer is the decision and its record's metadata, never the
+  // request body: the HTTP side has the body it sent, and in a cluster the
+  // answer crosses the network (the body stays in the store: `load`).
+  auto answer = [&]() -> caf::expected<claim_result> {
+    result.rec.signal = std::string{};
+    return std::move(result);
+  };
   auto write = [&](stmt_id id, const char* what) -> caf::error {
     auto st = impl_->stmts[id];
     stmt_guard guard{st};
@@ -65,7 +72,7 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
     return err;
   if (sqlite3_changes(db) == 1) {
     result.outcome = decision::accepted;
-    return result;
+    return answer();
   }
   bool existed = false;
   {
@@ -93,11 +100,11 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
                    req.owner, now_ms);
   result.outcome = d;
   if (d != decision::renewed && (d != decision::accepted || existed))
-    return result; // duplicate, mismatch, or the same attempt asking again
+    return answer(); // duplicate, mismatch, or the same attempt asking again
   result.rec = make_record(req, now_ms);
   if (auto err = write(stmt_upsert_record, "replace record"))
     return err;
-  return result;
+  return answer();
 }
 
 caf::expected<update_result> sqlite_store::update(const record_update& upd,
