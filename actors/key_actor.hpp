@@ -44,7 +44,9 @@ using key_actor = caf::typed_actor<
 
 /// Options of key actors.
 struct key_actor_options {
-  /// A key actor with no request for this long leaves memory.
+  /// A key actor with no request for this long leaves memory. Read by the
+  /// registry (its sweep passivates idle actors); the key actor itself never
+  /// times out.
   caf::timespan idle_timeout = std::chrono::seconds(30);
   /// A stored answer (headers and body) up to this many bytes is kept in
   /// the actor's memory; a larger one is not, and a duplicate that needs it
