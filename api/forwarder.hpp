@@ -16,6 +16,12 @@
 //
 // A failed update leaves the record in flight; the node turns it in doubt
 // at its deadline, so it is never executed again automatically.
+//
+// It depends only on `node_service::update`, the upstream client and
+// `forwarded_key`, and belongs below the HTTP layer (issue #15, not done
+// yet): a `forward(job) -> settled(result)` operation of the service, once
+// the upstream client is a library below service/ (or service/ holds an
+// upstream interface that http/ implements).
 
 #include <chrono>
 #include <condition_variable>
