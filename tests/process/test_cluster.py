@@ -565,14 +565,17 @@ class ClusterCase(unittest.TestCase):
                      self.cluster.statuses(ids)))
 
 
-class SharedClusterTest(ClusterCase):
-    """One 3-node cluster for the cases that leave it whole again."""
+class SharedClusterCase(ClusterCase):
+    """One 3-node cluster (of `cluster_class`) shared by a class's cases,
+    each of which leaves it whole again (or this setUp makes it so)."""
+
+    cluster_class = Cluster
 
     @classmethod
     def setUpClass(cls):
         cls.up = TestUpstream().start()
         cls.tmp = TempDir()
-        cls.cluster = Cluster(cls.tmp.path, cls.up.url)
+        cls.cluster = cls.cluster_class(cls.tmp.path, cls.up.url)
         try:
             for i in (1, 2, 3):
                 cls.cluster.add(i, [1, 2, 3])
@@ -604,6 +607,10 @@ class SharedClusterTest(ClusterCase):
         except BaseException:
             print("\n" + self.cluster.logs(), file=sys.stderr)
             raise
+
+
+class SharedClusterTest(SharedClusterCase):
+    """One 3-node cluster for the cases that leave it whole again."""
 
     @with_logs
     def test_concurrent_identical_webhooks_on_all_nodes_execute_once(self):

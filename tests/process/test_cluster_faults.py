@@ -37,8 +37,8 @@ import threading
 import time
 import unittest
 
-from harness import TempDir, wait_for
-from test_cluster import (ROUTE, Cluster, ClusterCase, TestUpstream, Traffic,
+from harness import wait_for
+from test_cluster import (ROUTE, Cluster, SharedClusterCase, Traffic,
                           with_logs)
 
 SNAPSHOT_THRESHOLD = 64
@@ -105,43 +105,11 @@ def leadership_lost_commands(node, start=0):
                for m in LEADERSHIP_LOST.finditer(log_text(node, start)))
 
 
-class FaultsTest(ClusterCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.up = TestUpstream().start()
-        cls.tmp = TempDir()
-        cls.cluster = FaultCluster(cls.tmp.path, cls.up.url)
-        try:
-            for i in (1, 2, 3):
-                cls.cluster.add(i, [1, 2, 3])
-            for i in (1, 2, 3):
-                cls.cluster.node(i).start()
-        except BaseException:
-            cls.tearDownClass()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.cluster.kill_all()
-            cls.up.stop()
-        finally:
-            cls.tmp.cleanup()
+class FaultsTest(SharedClusterCase):
+    cluster_class = FaultCluster
 
     def setUp(self):
-        # Whatever an earlier case left behind: every node up, one leader.
-        self.up.set_mode("normal")
-        for n in self.cluster.nodes.values():
-            if n.stopped:
-                n.sigcont()
-            if not n.running:
-                n.start()
-        try:
-            self.cluster.wait_leader()
-            self.cluster.wait_ready()
-        except BaseException:
-            print("\n" + self.cluster.logs(), file=sys.stderr)
-            raise
+        super().setUp()
         self.t0 = time.monotonic()
 
     def tearDown(self):
