@@ -8,6 +8,7 @@
 
 #include <caf/expected.hpp>
 
+#include "common/raft_progress.hpp"
 #include "persistence/command.hpp"
 #include "persistence/sqlite_store.hpp"
 
@@ -59,26 +60,8 @@ const char* raft_error_text(int status);
 const char* raft_role_name(int role);
 
 /// A consistent view of the node's Raft state.
-struct raft_status {
+struct raft_status : raft_progress {
   raft_role role = raft_role::unavailable;
-  uint64_t term = 0;
-  /// Known leader (0: none) and its Raft address.
-  uint64_t leader_id = 0;
-  std::string leader_address;
-  /// True once this node is leader and the barrier issued at its election
-  /// committed: every entry of earlier terms is applied locally, so the
-  /// node's SQLite holds every committed decision.
-  bool leader_ready = false;
-  uint64_t commit_index = 0;
-  uint64_t applied_index = 0;
-  uint64_t last_index = 0;
-  /// Times this node saw the leader change (including to none).
-  uint64_t leader_changes = 0;
-  /// Proposals that were applied / failed, and their latency histogram
-  /// input (seconds from `propose` to the callback).
-  uint64_t proposals_applied = 0;
-  uint64_t proposals_failed = 0;
-  double proposal_seconds_sum = 0;
   /// Entries whose application failed (decode or SQLite errors).
   uint64_t apply_failures = 0;
   /// Snapshots this node took, and the estimated bytes of log entries it

@@ -210,26 +210,16 @@ public:
   cluster_info cluster() const override {
     cluster_info res;
     auto st = cluster_->raft->status();
+    static_cast<raft_progress&>(res) = st;
     res.enabled = true;
     res.id = cluster_->raft->id();
     res.role = to_string(st.role);
-    res.term = st.term;
-    res.leader_id = st.leader_id;
-    res.leader_address = st.leader_address;
-    res.leader_ready = st.leader_ready;
-    res.commit_index = st.commit_index;
-    res.applied_index = st.applied_index;
-    res.last_index = st.last_index;
     {
       std::lock_guard<std::mutex> guard{background_mtx_};
       res.background_retries = background_;
       res.background_bytes = background_bytes_;
       res.background_dropped = background_dropped_;
     }
-    res.leader_changes = st.leader_changes;
-    res.proposals_applied = st.proposals_applied;
-    res.proposals_failed = st.proposals_failed;
-    res.proposal_seconds_sum = st.proposal_seconds_sum;
     for (auto& [m, role] : st.members)
       res.members.push_back({m.id, m.address, cluster::raft_role_name(role)});
     return res;

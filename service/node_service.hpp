@@ -8,6 +8,7 @@
 #include "actors/alarm_actor.hpp"
 #include "actors/registry.hpp"
 #include "common/errc.hpp"
+#include "common/raft_progress.hpp"
 #include "common/record.hpp"
 #include "persistence/store_actor.hpp"
 
@@ -32,22 +33,11 @@ struct cluster_member {
 };
 
 /// The Raft state of a cluster node (`enabled` is false on a single node).
-struct cluster_info {
+struct cluster_info : raft_progress {
   bool enabled = false;
   uint64_t id = 0;
   /// `leader`, `follower`, `candidate` or `unavailable`.
   std::string role;
-  uint64_t term = 0;
-  uint64_t leader_id = 0;
-  std::string leader_address;
-  bool leader_ready = false;
-  uint64_t commit_index = 0;
-  uint64_t applied_index = 0;
-  uint64_t last_index = 0;
-  uint64_t leader_changes = 0;
-  uint64_t proposals_applied = 0;
-  uint64_t proposals_failed = 0;
-  double proposal_seconds_sum = 0;
   /// Record transitions being retried in the background, their bytes, and
   /// how many were dropped at the bound.
   uint64_t background_retries = 0;
