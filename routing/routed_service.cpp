@@ -359,7 +359,7 @@ private:
   }
 
   // Takes a place for a background retry, or drops it (see
-  // `gateway_actor_options::max_background`).
+  // `routed_service_options::max_background`).
   bool admit_background(std::size_t cost, const record_update& upd) {
     std::lock_guard<std::mutex> guard{background_mtx_};
     if (background_ + 1 > opts_.max_background
