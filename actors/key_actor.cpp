@@ -87,7 +87,7 @@ std::optional<claim_result> decide_cached(const key_state& st,
            std::string_view{c.fingerprint.data(), c.fingerprint.size()},
            c.request_id, 0, false};
   auto d = decide(&h, req.fingerprint, req.request_id, req.owner, req.now_ms);
-  if (!d || (*d != decision::duplicate && *d != decision::mismatch))
+  if (!cache_may_answer(d))
     return std::nullopt;
   // The answer is not here: the store has it (a duplicate may replay it).
   if (!c.answer_cached)

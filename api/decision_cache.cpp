@@ -55,7 +55,7 @@ std::optional<cache_hit> decision_cache::lookup(std::string_view routing,
   // hit: anything else goes to the node.
   holder h{record_state::completed, e.expires_at_ms, e.fingerprint};
   auto d = decide(&h, fingerprint, 0, 0, now_ms);
-  if (!d || (*d != decision::duplicate && *d != decision::mismatch))
+  if (!cache_may_answer(d))
     return std::nullopt;
   if (with_body && !e.has_body)
     return std::nullopt;

@@ -115,6 +115,13 @@ struct holder {
   bool owner_known = true;
 };
 
+/// Whether a cache may answer with `d` (a rule's result on its copy of the
+/// record): only a duplicate or a mismatch; anything else (a free key, the
+/// same attempt, an unknown owner) is the store's to decide.
+inline bool cache_may_answer(const std::optional<decision>& d) {
+  return d && (*d == decision::duplicate || *d == decision::mismatch);
+}
+
 /// The holder view of a whole record.
 inline holder holder_of(const record& r) {
   return {r.state, r.expires_at_ms, r.fingerprint, r.request_id, r.owner};

@@ -170,9 +170,10 @@ struct store_state {
 
 using store_pointer = store_actor::stateful_pointer<store_state>;
 
+#ifdef ONCEGATE_MUTANTS
 // A claim decided from what is committed so far, not from its own commit:
-// what the mutants below answer early.
-[[maybe_unused]] claim_result provisional(sqlite_store& db,
+// what the mutants below answer early (not compiled into the product).
+claim_result provisional(sqlite_store& db,
                                           const claim_request& req) {
   claim_result res;
   auto cur = db.load(req.route, req.key);
@@ -187,6 +188,7 @@ using store_pointer = store_actor::stateful_pointer<store_state>;
     res.rec = std::move(cur->rec);
   return res;
 }
+#endif
 
 // Hands the pending commands to the sink as batches while it takes more:
 // one batch per call for a synchronous sink (the next flush goes behind
