@@ -92,20 +92,12 @@ std::optional<claim_result> decide_cached(const key_state& st,
   // The answer is not here: the store has it (a duplicate may replay it).
   if (!c.answer_cached)
     return std::nullopt;
-  claim_result res;
-  res.outcome = *d;
-  auto& rec = res.rec;
-  rec.route = st.route;
-  rec.key = st.key;
-  rec.state = c.state;
-  rec.fingerprint.assign(c.fingerprint.begin(), c.fingerprint.end());
-  rec.first_seen_ms = c.first_seen_ms;
-  rec.expires_at_ms = c.expires_at_ms;
-  rec.request_id = c.request_id;
-  rec.status = c.status;
-  rec.headers = c.headers;
-  rec.response = c.response;
-  return res;
+  // The record as the store holds it, without the body (no claim answer
+  // carries one) and without the owner (not kept here; no caller reads it).
+  return claim_result{
+    *d, record{st.route, st.key, c.state, std::string{h.fingerprint},
+               c.first_seen_ms, c.expires_at_ms, c.status, c.headers,
+               c.response, std::string{}, 0, c.request_id}};
 }
 
 key_actor::behavior_type key_impl(key_pointer self,

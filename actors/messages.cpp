@@ -24,13 +24,7 @@ void register_types(caf::actor_system_config& cfg) {
   // CAF 0.17's add_error_category<T> does not compile; render by hand.
   cfg.add_error_category(errc_category, [](uint8_t code, caf::atom_value,
                                            const caf::message& ctx) {
-    std::string out = "oncegate.";
-    out += to_string(static_cast<errc>(code));
-    if (ctx.match_elements<std::string>()) {
-      out += ": ";
-      out += ctx.get_as<std::string>(0);
-    }
-    return out;
+    return describe(static_cast<errc>(code), ctx);
   });
   cfg.add_message_type<record_state>("oncegate.record_state");
   cfg.add_message_type<decision>("oncegate.decision");

@@ -106,6 +106,19 @@ child* route_to(registry_pointer self, const std::string& route,
   return &entry.second;
 }
 
+// Hands `msg` (a claim or an update) to the actor of its key, spawned on a
+// miss; refuses it when no actor may be spawned.
+template <class Result, class Atom, class Msg>
+caf::delegated<Result> to_key(registry_pointer self, Atom atom, Msg& msg) {
+  auto c = route_to(self, msg.route, msg.key);
+  if (!c) {
+    auto rp = self->make_response_promise<Result>();
+    rp.deliver(make_error(errc::overloaded, "too many live keys"));
+    return {};
+  }
+  return self->delegate(c->hdl, atom, std::move(msg));
+}
+
 registry_actor::behavior_type
 registry_impl(registry_pointer self, persistence::store_actor store,
               registry_options opts) {
@@ -130,23 +143,11 @@ registry_impl(registry_pointer self, persistence::store_actor store,
     st.forget(st.children.find(i->second->first));
   });
   return {
-    [self](claim_atom, claim_request& req) -> caf::delegated<claim_result> {
-      auto c = route_to(self, req.route, req.key);
-      if (!c) {
-        auto rp = self->make_response_promise<claim_result>();
-        rp.deliver(make_error(errc::overloaded, "too many live keys"));
-        return {};
-      }
-      return self->delegate(c->hdl, claim_atom::value, std::move(req));
+    [self](claim_atom atom, claim_request& req) {
+      return to_key<claim_result>(self, atom, req);
     },
-    [self](update_atom, record_update& upd) -> caf::delegated<update_result> {
-      auto c = route_to(self, upd.route, upd.key);
-      if (!c) {
-        auto rp = self->make_response_promise<update_result>();
-        rp.deliver(make_error(errc::overloaded, "too many live keys"));
-        return {};
-      }
-      return self->delegate(c->hdl, update_atom::value, std::move(upd));
+    [self](update_atom atom, record_update& upd) {
+      return to_key<update_result>(self, atom, upd);
     },
     [self](get_atom, const std::string& route,
            const std::string& key) -> caf::delegated<lookup_result> {

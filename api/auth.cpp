@@ -1,4 +1,5 @@
 #include "api/auth.hpp"
+#include "common/enum_text.hpp"
 
 #include <array>
 #include <cstddef>
@@ -55,17 +56,7 @@ constexpr char base64_alphabet[]
 // The 6-bit value of a base64 digit, or -1 (padding included, which the
 // decoder handles separately).
 int base64_value(char c) {
-  if (c >= 'A' && c <= 'Z')
-    return c - 'A';
-  if (c >= 'a' && c <= 'z')
-    return c - 'a' + 26;
-  if (c >= '0' && c <= '9')
-    return c - '0' + 52;
-  if (c == '+')
-    return 62;
-  if (c == '/')
-    return 63;
-  return -1;
+  return digit_value(base64_alphabet, c);
 }
 
 
@@ -171,31 +162,16 @@ bool prefix_matches(const std::string& address, const cidr& net) {
 
 // -- modes --------------------------------------------------------------------
 
-std::optional<auth_mode> parse_auth_mode(std::string_view name) {
-  if (name == "none")
-    return auth_mode::none;
-  if (name == "token")
-    return auth_mode::token;
-  if (name == "github")
-    return auth_mode::github;
-  if (name == "standard-webhooks")
-    return auth_mode::standard_webhooks;
-  return std::nullopt;
-}
+constexpr const char* auth_mode_names[] = {
+  "none", "token", "github", "standard-webhooks"};
+static_assert(enum_table_covers(auth_mode::standard_webhooks, auth_mode_names));
 
 const char* to_string(auth_mode x) {
-  switch (x) {
-    case auth_mode::none:
-      return "none";
-    case auth_mode::token:
-      return "token";
-    case auth_mode::github:
-      return "github";
-    case auth_mode::standard_webhooks:
-      return "standard-webhooks";
-  }
-  // Only reachable through a cast from an out-of-range integer.
-  return "unknown";
+  return enum_text(x, auth_mode_names);
+}
+
+std::optional<auth_mode> parse_auth_mode(std::string_view name) {
+  return enum_from_text<auth_mode>(name, auth_mode_names);
 }
 
 // -- primitives ---------------------------------------------------------------

@@ -1,4 +1,5 @@
 #include "api/idempotency_key.hpp"
+#include "common/enum_text.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -249,20 +250,21 @@ std::optional<std::string_view> trimmed_string(const payload& body,
   return text;
 }
 
-std::string to_upper_ascii(std::string_view s) {
+// `s` with the ASCII letters from `first` to `last` moved by `shift`.
+std::string shift_ascii(std::string_view s, char first, char last, int shift) {
   std::string out{s};
   for (auto& c : out)
-    if (c >= 'a' && c <= 'z')
-      c = static_cast<char>(c - 'a' + 'A');
+    if (c >= first && c <= last)
+      c = static_cast<char>(c + shift);
   return out;
 }
 
+std::string to_upper_ascii(std::string_view s) {
+  return shift_ascii(s, 'a', 'z', 'A' - 'a');
+}
+
 std::string to_lower_ascii(std::string_view s) {
-  std::string out{s};
-  for (auto& c : out)
-    if (c >= 'A' && c <= 'Z')
-      c = static_cast<char>(c - 'A' + 'a');
-  return out;
+  return shift_ascii(s, 'A', 'Z', 'a' - 'A');
 }
 
 // The preimage of a derived key, from the normalised fields.
@@ -354,20 +356,12 @@ bool starts_with_hashed_prefix(std::string_view key) {
 
 } // namespace
 
+constexpr const char* key_source_names[] = {
+  "header", "webhook-id", "body", "derived", "github-body"};
+static_assert(enum_table_covers(key_source::github_body, key_source_names));
+
 const char* to_string(key_source x) {
-  switch (x) {
-    case key_source::header:
-      return "header";
-    case key_source::webhook_id:
-      return "webhook-id";
-    case key_source::body:
-      return "body";
-    case key_source::derived:
-      return "derived";
-    case key_source::github_body:
-      return "github-body";
-  }
-  return "unknown";
+  return enum_text(x, key_source_names);
 }
 
 std::variant<std::string, rejection> parse_key_header(std::string_view raw) {

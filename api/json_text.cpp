@@ -1,4 +1,5 @@
 #include "api/json_text.hpp"
+#include "common/json_escape.hpp"
 
 #include <cstdio>
 #include <ctime>
@@ -6,42 +7,8 @@
 namespace oncegate::gateway {
 
 void append_json_string(std::string& out, std::string_view str) {
-  static constexpr char hex[] = "0123456789abcdef";
   out += '"';
-  for (char ch : str) {
-    auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += hex[c >> 4];
-          out += hex[c & 0x0F];
-        } else {
-          out += ch;
-        }
-    }
-  }
+  json_escape(str, [&out](std::string_view piece) { out += piece; });
   out += '"';
 }
 

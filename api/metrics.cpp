@@ -1,4 +1,5 @@
 #include "api/metrics.hpp"
+#include "common/enum_text.hpp"
 
 #include <cstdio>
 
@@ -72,24 +73,13 @@ void render_histogram(std::string& out, const char* name, const char* help,
 
 } // namespace
 
+constexpr const char* outcome_names[] = {
+  "new", "duplicate", "mismatch", "rejected_auth", "forbidden", "bad_request",
+  "unavailable"};
+static_assert(enum_table_covers(outcome::unavailable, outcome_names));
+
 const char* to_string(outcome x) {
-  switch (x) {
-    case outcome::granted:
-      return "new";
-    case outcome::duplicate:
-      return "duplicate";
-    case outcome::mismatch:
-      return "mismatch";
-    case outcome::rejected_auth:
-      return "rejected_auth";
-    case outcome::forbidden:
-      return "forbidden";
-    case outcome::bad_request:
-      return "bad_request";
-    case outcome::unavailable:
-      return "unavailable";
-  }
-  return "unknown";
+  return enum_text(x, outcome_names);
 }
 
 gateway_metrics::gateway_metrics(std::vector<std::string> route_names)

@@ -90,6 +90,28 @@ public:
     return false;
   }
 
+  // Adds one secret per name in `value` (a string or a list), each read
+  // by `read`; fails with `what` (`{}` is the name) on an empty one.
+  template <class Read>
+  bool add_secrets(const std::string& name, std::string_view key,
+                   const caf::config_value& value, Read read,
+                   std::string_view what) {
+    std::vector<std::string> sources;
+    if (!strings_of(value, sources))
+      return fail(name, key, "expected a string or a list of strings");
+    for (auto& source : sources) {
+      std::optional<std::string> secret = read(source);
+      if (!secret || secret->empty()) {
+        auto at = what.find("{}");
+        return fail(name, key,
+                    std::string{what.substr(0, at)} + source
+                      + std::string{what.substr(at + 2)});
+      }
+      raw_secrets_.push_back(std::move(*secret));
+    }
+    return true;
+  }
+
   bool parse(const std::string& name, const caf::settings& section,
              route_config& r) {
     for (auto& kv : section) {
@@ -113,26 +135,13 @@ public:
         if (!strings_of(value, raw_secrets_))
           return fail(name, key, "expected a string or a list of strings");
       } else if (key == "secret-env") {
-        std::vector<std::string> vars;
-        if (!strings_of(value, vars))
-          return fail(name, key, "expected a string or a list of strings");
-        for (auto& var : vars) {
-          auto val = env_(var);
-          if (!val || val->empty())
-            return fail(name, key,
-                        "environment variable " + var + " is not set");
-          raw_secrets_.push_back(*val);
-        }
+        if (!add_secrets(name, key, value, env_,
+                         "environment variable {} is not set"))
+          return false;
       } else if (key == "secret-file") {
-        std::vector<std::string> paths;
-        if (!strings_of(value, paths))
-          return fail(name, key, "expected a string or a list of strings");
-        for (auto& path : paths) {
-          auto val = read_secret_file(path);
-          if (!val || val->empty())
-            return fail(name, key, "cannot read a secret from " + path);
-          raw_secrets_.push_back(*val);
-        }
+        if (!add_secrets(name, key, value, read_secret_file,
+                         "cannot read a secret from {}"))
+          return false;
       } else if (key == "ttl" || key == "tolerance") {
         auto span = caf::get_if<caf::timespan>(&value);
         if (!span || span->count() <= 0)

@@ -2,14 +2,14 @@
 
 namespace oncegate::gateway {
 
+int digit_value(std::string_view alphabet, char c) {
+  auto at = alphabet.find(c);
+  return at == std::string_view::npos ? -1 : static_cast<int>(at);
+}
+
 int hex_value(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
+  auto lower = c >= 'A' && c <= 'F' ? static_cast<char>(c - 'A' + 'a') : c;
+  return digit_value("0123456789abcdef", lower);
 }
 
 std::optional<std::string> percent_decode(std::string_view in,

@@ -8,7 +8,10 @@
 
 namespace oncegate::gateway {
 
-/// The value of one hexadecimal digit, or -1.
+/// The position of `c` in `alphabet` (its value as a digit), or -1.
+int digit_value(std::string_view alphabet, char c);
+
+/// The value of one hexadecimal digit (either case), or -1.
 int hex_value(char c);
 
 /// Decodes `%XX` escapes (and `+` as space when `plus_is_space`); nothing

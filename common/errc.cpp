@@ -1,34 +1,19 @@
 #include "common/errc.hpp"
+#include "common/enum_text.hpp"
 
 #include <caf/message.hpp>
 #include <caf/make_message.hpp>
 
 namespace oncegate {
 
+constexpr const char* errc_names[] = {
+  "none", "storage_failure", "commit_failed", "store_unavailable",
+  "schema_too_new", "overloaded", "timeout", "invalid_argument", "not_leader",
+  "leadership_lost"};
+static_assert(enum_table_covers(errc::leadership_lost, errc_names));
+
 const char* to_string(errc x) {
-  switch (x) {
-    case errc::none:
-      return "none";
-    case errc::storage_failure:
-      return "storage_failure";
-    case errc::commit_failed:
-      return "commit_failed";
-    case errc::store_unavailable:
-      return "store_unavailable";
-    case errc::schema_too_new:
-      return "schema_too_new";
-    case errc::overloaded:
-      return "overloaded";
-    case errc::timeout:
-      return "timeout";
-    case errc::invalid_argument:
-      return "invalid_argument";
-    case errc::not_leader:
-      return "not_leader";
-    case errc::leadership_lost:
-      return "leadership_lost";
-  }
-  return "unknown";
+  return enum_text(x, errc_names);
 }
 
 caf::error make_error(errc x) {
@@ -40,17 +25,20 @@ caf::error make_error(errc x, std::string context) {
                     caf::make_message(std::move(context))};
 }
 
+std::string describe(errc x, const caf::message& context) {
+  std::string out = "oncegate.";
+  out += to_string(x);
+  if (context.match_elements<std::string>()) {
+    out += ": ";
+    out += context.get_as<std::string>(0);
+  }
+  return out;
+}
+
 std::string describe(const caf::error& err) {
   if (err.category() != errc_category)
     return to_string(err);
-  std::string out = "oncegate.";
-  out += to_string(static_cast<errc>(err.code()));
-  auto& ctx = err.context();
-  if (ctx.match_elements<std::string>()) {
-    out += ": ";
-    out += ctx.get_as<std::string>(0);
-  }
-  return out;
+  return describe(static_cast<errc>(err.code()), err.context());
 }
 
 errc errc_of(const caf::error& err) {

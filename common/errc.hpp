@@ -51,6 +51,10 @@ caf::error make_error(errc x, std::string context);
 /// `oncegate.commit_failed: <context>` for our codes, CAF's form otherwise.
 std::string describe(const caf::error& err);
 
+/// The same for one of our codes and its context (the actor system's
+/// renderer of `errc_category` uses it too).
+std::string describe(errc x, const caf::message& context);
+
 /// Returns the `errc` of `err` when it belongs to our category, otherwise
 /// `errc::none`.
 errc errc_of(const caf::error& err);

@@ -1,4 +1,5 @@
 #include "common/logging.hpp"
+#include "common/json_escape.hpp"
 
 #include <mutex>
 #include <vector>
@@ -21,34 +22,8 @@ class json_message final : public spdlog::custom_flag_formatter {
 public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
-    static constexpr char hex[] = "0123456789abcdef";
-    for (auto c : msg.payload) {
-      auto u = static_cast<unsigned char>(c);
-      switch (c) {
-        case '"':
-          dest.append(std::string_view{"\\\""});
-          break;
-        case '\\':
-          dest.append(std::string_view{"\\\\"});
-          break;
-        case '\n':
-          dest.append(std::string_view{"\\n"});
-          break;
-        case '\r':
-          dest.append(std::string_view{"\\r"});
-          break;
-        case '\t':
-          dest.append(std::string_view{"\\t"});
-          break;
-        default:
-          if (u < 0x20) {
-            char esc[] = {'\\', 'u', '0', '0', hex[u >> 4], hex[u & 15]};
-            dest.append(esc, esc + sizeof(esc));
-          } else {
-            dest.push_back(c);
-          }
-      }
-    }
+    json_escape({msg.payload.data(), msg.payload.size()},
+                [&dest](std::string_view piece) { dest.append(piece); });
   }
 
   std::unique_ptr<custom_flag_formatter> clone() const override {

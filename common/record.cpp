@@ -1,47 +1,32 @@
 #include "common/record.hpp"
+#include "common/enum_text.hpp"
 
 #include "common/mutant.hpp"
 
 namespace oncegate {
 
+constexpr const char* record_state_names[] = {
+  "in_flight", "completed", "in_doubt"};
+static_assert(enum_table_covers(record_state::in_doubt, record_state_names));
+
 const char* to_string(record_state x) {
-  switch (x) {
-    case record_state::in_flight:
-      return "in_flight";
-    case record_state::completed:
-      return "completed";
-    case record_state::in_doubt:
-      return "in_doubt";
-  }
-  return "unknown";
+  return enum_text(x, record_state_names);
 }
+
+constexpr const char* decision_names[] = {
+  "accepted", "duplicate", "mismatch", "renewed"};
+static_assert(enum_table_covers(decision::renewed, decision_names));
 
 const char* to_string(decision x) {
-  switch (x) {
-    case decision::accepted:
-      return "accepted";
-    case decision::duplicate:
-      return "duplicate";
-    case decision::mismatch:
-      return "mismatch";
-    case decision::renewed:
-      return "renewed";
-  }
-  return "unknown";
+  return enum_text(x, decision_names);
 }
 
+constexpr const char* transition_names[] = {
+  "complete", "release", "in_doubt", "release_settled"};
+static_assert(enum_table_covers(transition::release_settled, transition_names));
+
 const char* to_string(transition x) {
-  switch (x) {
-    case transition::complete:
-      return "complete";
-    case transition::release:
-      return "release";
-    case transition::in_doubt:
-      return "in_doubt";
-    case transition::release_settled:
-      return "release_settled";
-  }
-  return "unknown";
+  return enum_text(x, transition_names);
 }
 
 record make_record(const claim_request& req, int64_t now_ms) {

@@ -17,28 +17,19 @@ constexpr uint32_t batch_magic = 0x3343474F;
 
 class writer {
 public:
-  void u8(uint8_t x) {
-    out_.push_back(static_cast<char>(x));
+  // Every integer is little-endian, of its type's width.
+  template <class T>
+  void num(T x) {
+    auto v = static_cast<uint64_t>(x);
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      out_.push_back(static_cast<char>(static_cast<uint8_t>(v >> (8 * i))));
   }
 
-  void u16(uint16_t x) {
-    for (int i = 0; i < 2; ++i)
-      u8(static_cast<uint8_t>(x >> (8 * i)));
-  }
-
-  void u32(uint32_t x) {
-    for (int i = 0; i < 4; ++i)
-      u8(static_cast<uint8_t>(x >> (8 * i)));
-  }
-
-  void u64(uint64_t x) {
-    for (int i = 0; i < 8; ++i)
-      u8(static_cast<uint8_t>(x >> (8 * i)));
-  }
-
-  void i64(int64_t x) {
-    u64(static_cast<uint64_t>(x));
-  }
+  void u8(uint8_t x) { num(x); }
+  void u16(uint16_t x) { num(x); }
+  void u32(uint32_t x) { num(x); }
+  void u64(uint64_t x) { num(x); }
+  void i64(int64_t x) { num(x); }
 
   void str(const std::string& x) {
     u32(static_cast<uint32_t>(x.size()));
@@ -61,40 +52,20 @@ public:
     // nop
   }
 
-  bool u8(uint8_t& x) {
-    if (pos_ + 1 > in_.size())
-      return false;
-    x = static_cast<uint8_t>(in_[pos_++]);
-    return true;
-  }
-
-  bool u16(uint16_t& x) {
+  template <class T>
+  bool num(T& x) {
     uint64_t v = 0;
-    if (!le(2, v))
+    if (!le(static_cast<int>(sizeof(T)), v))
       return false;
-    x = static_cast<uint16_t>(v);
+    x = static_cast<T>(v);
     return true;
   }
 
-  bool u32(uint32_t& x) {
-    uint64_t v = 0;
-    if (!le(4, v))
-      return false;
-    x = static_cast<uint32_t>(v);
-    return true;
-  }
-
-  bool u64(uint64_t& x) {
-    return le(8, x);
-  }
-
-  bool i64(int64_t& x) {
-    uint64_t v = 0;
-    if (!le(8, v))
-      return false;
-    x = static_cast<int64_t>(v);
-    return true;
-  }
+  bool u8(uint8_t& x) { return num(x); }
+  bool u16(uint16_t& x) { return num(x); }
+  bool u32(uint32_t& x) { return num(x); }
+  bool u64(uint64_t& x) { return num(x); }
+  bool i64(int64_t& x) { return num(x); }
 
   bool str(std::string& x) {
     uint32_t len = 0;

@@ -1,6 +1,8 @@
 // Records and decisions: claims (the one rule decides, common/record.hpp),
 // transitions, listings, doubts, purges and the reads beside them.
 #include "persistence/sqlite_store.hpp"
+#include "common/enum_text.hpp"
+#include "common/errc.hpp"
 
 #include <limits>
 #include <optional>
@@ -122,21 +124,15 @@ caf::expected<update_result> sqlite_store::update(const record_update& upd,
     refused.current = std::move(*current);
     return refused;
   }
-  stmt_id id = stmt_complete;
-  switch (upd.op) {
-    case transition::complete:
-      id = stmt_complete;
-      break;
-    case transition::in_doubt:
-      id = stmt_mark_in_doubt;
-      break;
-    case transition::release:
-      id = stmt_release;
-      break;
-    case transition::release_settled:
-      id = stmt_release_settled;
-      break;
-  }
+  // One statement per transition, indexed by it; an out-of-range value (a
+  // cast from an untrusted integer) changes nothing.
+  static constexpr stmt_id by_transition[] = {
+    stmt_complete, stmt_release, stmt_mark_in_doubt, stmt_release_settled};
+  static_assert(enum_table_covers(transition::release_settled, by_transition));
+  auto op = static_cast<uint8_t>(upd.op);
+  if (op >= std::size(by_transition))
+    return make_error(errc::invalid_argument, "unknown transition");
+  stmt_id id = by_transition[op];
   {
     auto st = impl_->stmts[id];
     stmt_guard guard{st};

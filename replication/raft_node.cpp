@@ -1,4 +1,5 @@
 #include "replication/raft_node.hpp"
+#include "common/enum_text.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -23,34 +24,26 @@ extern "C" {
 
 namespace oncegate::cluster {
 
+constexpr const char* raft_role_names[] = {
+  "unavailable", "follower", "candidate", "leader"};
+static_assert(enum_table_covers(raft_role::leader, raft_role_names));
+
 const char* to_string(raft_role x) {
-  switch (x) {
-    case raft_role::unavailable:
-      return "unavailable";
-    case raft_role::follower:
-      return "follower";
-    case raft_role::candidate:
-      return "candidate";
-    case raft_role::leader:
-      return "leader";
-  }
-  return "unknown";
+  return enum_text(x, raft_role_names);
 }
 
 const char* raft_error_text(int status) {
   return raft_strerror(status);
 }
 
+// Member roles are numbered from 0 by libraft.
+constexpr const char* member_role_names[] = {"standby", "voter", "spare"};
+static_assert(RAFT_STANDBY == 0 && RAFT_VOTER == 1 && RAFT_SPARE == 2);
+
 const char* raft_role_name(int role) {
-  switch (role) {
-    case RAFT_VOTER:
-      return "voter";
-    case RAFT_STANDBY:
-      return "standby";
-    case RAFT_SPARE:
-      return "spare";
-  }
-  return "unknown";
+  auto known =
+      role >= 0 && role < static_cast<int>(std::size(member_role_names));
+  return known ? member_role_names[role] : "unknown";
 }
 
 namespace {

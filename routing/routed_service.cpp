@@ -87,12 +87,7 @@ void forward(caf::event_based_actor* self,
     [&](auto&... xs) {
       self->request(target, cr->remote_timeout, xs...)
         .then(
-          [done](T& value) {
-            reply<T> res;
-            res.ok = true;
-            res.value = std::move(value);
-            done(std::move(res));
-          },
+          [done](T& value) { done(success(std::move(value))); },
           [cr, remote, again](caf::error& err) mutable {
             if (remote != 0 && err.category() == caf::atom("system"))
               cr->links->drop(remote);
@@ -302,26 +297,17 @@ private:
   // `keep_trying` passed.
   void retry_update(caf::actor shard, record_update upd,
                     caf::timespan keep_trying) {
-    auto cost = background_cost(upd);
-    if (!admit_background(cost, upd))
-      return;
-    post([this, shard, upd = std::move(upd), keep_trying,
-          cost](caf::event_based_actor* self) mutable {
-      auto key = upd.key;
-      auto done = [this, key, cost](reply<update_result> rep) {
-        settle_background(cost);
-        if (rep.ok)
-          log::gateway()->warn("update.applied_late key={}", key);
-        else
-          log::gateway()->error("update.unresolved key={} error={}", key,
-                                rep.detail);
-      };
-      forward<update_result>(self, cluster_, [shard] { return shard; },
-                             std::chrono::steady_clock::now() + keep_trying,
-                             std::move(done),
-                             std::make_tuple(update_atom::value,
-                                             std::move(upd)));
-    });
+    retry_in_background(shard, std::move(upd), keep_trying,
+                        [](const std::string& key,
+                           const reply<update_result>& rep) {
+                          if (rep.ok)
+                            log::gateway()->warn("update.applied_late key={}",
+                                                 key);
+                          else
+                            log::gateway()->error(
+                              "update.unresolved key={} error={}", key,
+                              rep.detail);
+                        });
   }
 
   // Releases the record of an abandoned claim attempt if it committed
@@ -331,25 +317,38 @@ private:
   // settles the question for good.
   void release_abandoned(caf::actor shard, record_update undo,
                          caf::timespan keep_trying) {
-    auto cost = background_cost(undo);
-    if (!admit_background(cost, undo))
-      return;
-    post([this, shard, undo = std::move(undo), keep_trying,
-          cost](caf::event_based_actor* self) mutable {
-      auto key = undo.key;
-      auto done = [this, key, cost](reply<update_result> rep) {
-        settle_background(cost);
+    retry_in_background(
+      shard, std::move(undo), keep_trying,
+      [](const std::string& key, const reply<update_result>& rep) {
         if (rep.ok && rep.value.applied)
           log::gateway()->warn("claim.abandoned_released key={}", key);
         else if (!rep.ok)
           log::gateway()->error("claim.abandoned_unresolved key={} error={}",
                                 key, rep.detail);
+      });
+  }
+
+  // The one background retry: takes a place within the bounds, forwards
+  // `upd` to a ready leader until it answered or `keep_trying` passed, and
+  // hands the last answer to `report`.
+  template <class Report>
+  void retry_in_background(caf::actor shard, record_update upd,
+                           caf::timespan keep_trying, Report report) {
+    auto cost = background_cost(upd);
+    if (!admit_background(cost, upd))
+      return;
+    post([this, shard, upd = std::move(upd), keep_trying, cost,
+          report](caf::event_based_actor* self) mutable {
+      auto done = [this, key = upd.key, cost,
+                   report](reply<update_result> rep) {
+        settle_background(cost);
+        report(key, rep);
       };
       forward<update_result>(self, cluster_, [shard] { return shard; },
                              std::chrono::steady_clock::now() + keep_trying,
                              std::move(done),
                              std::make_tuple(update_atom::value,
-                                             std::move(undo)));
+                                             std::move(upd)));
     });
   }
 

@@ -68,6 +68,15 @@ private:
 };
 
 /// The reply for a request that failed with `err`.
+/// The reply carrying `value`.
+template <class T>
+reply<T> success(T value) {
+  reply<T> res;
+  res.ok = true;
+  res.value = std::move(value);
+  return res;
+}
+
 template <class T>
 reply<T> failure(caf::actor_system& sys, const caf::error& err) {
   reply<T> res;
@@ -86,12 +95,7 @@ void ask(caf::event_based_actor* self, const Handle& hdl, Timeout timeout,
          std::function<void(reply<T>)> done, Ts&&... xs) {
   self->request(hdl, timeout, std::forward<Ts>(xs)...)
     .then(
-      [done](T& value) {
-        reply<T> res;
-        res.ok = true;
-        res.value = std::move(value);
-        done(std::move(res));
-      },
+      [done](T& value) { done(success(std::move(value))); },
       [self, done](caf::error& err) {
         done(failure<T>(self->system(), err));
       });

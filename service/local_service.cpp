@@ -17,22 +17,13 @@ public:
 
   void claim(claim_request req,
              std::function<void(reply<claim_result>)> done) override {
-    bridge_.post([this, req = std::move(req),
-                  done = std::move(done)](caf::event_based_actor* self) mutable {
-      auto& shard = node_.shard_for(req.route, req.key);
-      ask<claim_result>(self, shard, caf::infinite, std::move(done),
-                        claim_atom::value, std::move(req));
-    });
+    to_shard<claim_result>(claim_atom::value, std::move(req), std::move(done));
   }
 
   void update(record_update upd,
               std::function<void(reply<update_result>)> done) override {
-    bridge_.post([this, upd = std::move(upd),
-                  done = std::move(done)](caf::event_based_actor* self) mutable {
-      auto& shard = node_.shard_for(upd.route, upd.key);
-      ask<update_result>(self, shard, caf::infinite, std::move(done),
-                         update_atom::value, std::move(upd));
-    });
+    to_shard<update_result>(update_atom::value, std::move(upd),
+                            std::move(done));
   }
 
   void lookup(std::string route, std::string key,
@@ -70,6 +61,17 @@ public:
   }
 
 private:
+  // Asks the registry shard of `msg`'s route and key.
+  template <class T, class Atom, class Msg>
+  void to_shard(Atom atom, Msg msg, std::function<void(reply<T>)> done) {
+    bridge_.post([this, atom, msg = std::move(msg),
+                  done = std::move(done)](caf::event_based_actor* self) mutable {
+      auto& shard = node_.shard_for(msg.route, msg.key);
+      ask<T>(self, shard, caf::infinite, std::move(done), atom,
+             std::move(msg));
+    });
+  }
+
   node node_;
   service_options opts_;
   actor_bridge bridge_;
