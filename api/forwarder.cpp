@@ -24,26 +24,19 @@ const char* to_string(upstream_result::kind x) {
 
 record_update outcome_update(const forward_job& job,
                              const upstream_result& res) {
-  record_update upd;
-  upd.route = job.route;
-  upd.key = job.key.value;
-  upd.first_seen_ms = job.first_seen_ms;
-  switch (res.outcome) {
-    case upstream_result::kind::response:
-      upd.op = transition::complete;
-      upd.status = static_cast<uint16_t>(res.status);
-      if (!res.content_type.empty())
-        upd.headers = "Content-Type: " + res.content_type;
-      upd.response = res.body;
-      break;
-    case upstream_result::kind::not_sent:
-      upd.op = transition::release;
-      break;
-    case upstream_result::kind::maybe_sent:
-      upd.op = transition::in_doubt;
-      break;
-  }
-  return upd;
+  using kind = upstream_result::kind;
+  // Anything this code does not know as certain is "maybe sent".
+  auto d = res.outcome == kind::response   ? delivery::answered
+           : res.outcome == kind::not_sent ? delivery::not_sent
+                                           : delivery::maybe_sent;
+  if (d != delivery::answered)
+    return after_delivery(job.route, job.key.value, job.first_seen_ms, d);
+  return after_delivery(job.route, job.key.value, job.first_seen_ms, d,
+                        static_cast<uint16_t>(res.status),
+                        res.content_type.empty()
+                          ? std::string{}
+                          : "Content-Type: " + res.content_type,
+                        res.body);
 }
 
 forwarder::forwarder(node_service& node, gateway_metrics& metrics)

@@ -17,11 +17,12 @@
 // A failed update leaves the record in flight; the node turns it in doubt
 // at its deadline, so it is never executed again automatically.
 //
-// It depends only on `node_service::update`, the upstream client and
-// `forwarded_key`, and belongs below the HTTP layer (issue #15, not done
-// yet): a `forward(job) -> settled(result)` operation of the service, once
-// the upstream client is a library below service/ (or service/ holds an
-// upstream interface that http/ implements).
+// The rule itself (which transition each outcome makes) is the key's
+// lifecycle and lives with the records (`after_delivery` in
+// common/record.hpp); this file only sends and records. Forwarding sits in
+// api/ beside the webhook that starts it because it needs the route's
+// upstream target and the upstream client (http/), and the node service
+// below must not know HTTP.
 
 #include <chrono>
 #include <condition_variable>
@@ -64,7 +65,8 @@ struct forward_result {
   reply<update_result> recorded;
 };
 
-/// The transition an upstream outcome makes on the record of `job`.
+/// The transition an upstream outcome makes on the record of `job`
+/// (`after_delivery`).
 record_update outcome_update(const forward_job& job,
                              const upstream_result& res);
 

@@ -46,6 +46,25 @@ record make_record(const claim_request& req, int64_t now_ms) {
   return r;
 }
 
+record_update after_delivery(std::string route, std::string key,
+                             int64_t first_seen_ms, delivery d,
+                             uint16_t status, std::string headers,
+                             std::string response) {
+  record_update upd;
+  upd.route = std::move(route);
+  upd.key = std::move(key);
+  upd.first_seen_ms = first_seen_ms;
+  upd.op = d == delivery::answered   ? transition::complete
+           : d == delivery::not_sent ? transition::release
+                                     : transition::in_doubt;
+  if (d == delivery::answered) {
+    upd.status = status;
+    upd.headers = std::move(headers);
+    upd.response = std::move(response);
+  }
+  return upd;
+}
+
 std::string routing_key(const std::string& route, const std::string& key) {
   // Route names never contain NUL, so the pair maps to one string only.
   std::string result;

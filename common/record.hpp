@@ -246,6 +246,26 @@ typename Inspector::result_type inspect(Inspector& f, record_update& x) {
            x.first_seen_ms, x.status, x.headers, x.response, x.request_id);
 }
 
+/// How the first request of a claimed key fared upstream: the part of a
+/// key's lifecycle after `in_flight` (see `record_state`).
+enum class delivery : uint8_t {
+  /// A final answer: the record completes with it.
+  answered = 0,
+  /// Nothing reached the upstream: the key is released, a retry executes.
+  not_sent = 1,
+  /// It may have reached the upstream: in doubt, never executed again
+  /// automatically.
+  maybe_sent = 2,
+};
+
+/// The one rule for what a delivery makes of the in-flight record of
+/// `(route, key)` claimed at `first_seen_ms`; for `answered`, the answer
+/// to store (`headers` as in `record::headers`).
+record_update after_delivery(std::string route, std::string key,
+                             int64_t first_seen_ms, delivery d,
+                             uint16_t status = 0, std::string headers = {},
+                             std::string response = {});
+
 /// Whether an update applied, and the record as it is afterwards.
 struct update_result {
   bool applied = false;
