@@ -277,18 +277,26 @@ check_wrk() {
   log "  $label: rps=$(kv rps) p50=$(kv p50_us)us p99=$(kv p99_us)us statuses=$st"
 }
 
-# run_wrk LABEL EXPECT THREADS CONNS SECONDS SCRIPT PORT [VAR=VALUE...]
-run_wrk() {
-  local label=$1 expect=$2 t=$3 c=$4 d=$5 script=$6 port=$7 pid
-  shift 7
-  local log=$LOGS/wrk-$label.log
+# start_wrk LABEL THREADS CONNS SECONDS SCRIPT PORT [VAR=VALUE...]: wrk in
+#   the background, tracked. WRK_PID := its pid, WRK_LOG := its log.
+start_wrk() {
+  local label=$1 t=$2 c=$3 d=$4 script=$5 port=$6
+  shift 6
+  WRK_LOG=$LOGS/wrk-$label.log
   env WRK_LUA_DIR="$WRK_DIR" "$@" wrk -t"$t" -c"$c" -d"${d}s" \
     --timeout "$WRK_TIMEOUT" -s "$WRK_DIR/$script" "http://127.0.0.1:$port/" \
-    -- "$label-$RUN_ID" >"$log" 2>&1 &
-  pid=$!
-  track "$pid" wrk
-  wait "$pid" || die "wrk $label exited with $?: $(tail -n 3 "$log")"
-  check_wrk "$label" "$expect" "$log"
+    -- "$label-$RUN_ID" >"$WRK_LOG" 2>&1 &
+  WRK_PID=$!
+  track "$WRK_PID" wrk
+}
+
+# run_wrk LABEL EXPECT THREADS CONNS SECONDS SCRIPT PORT [VAR=VALUE...]
+run_wrk() {
+  local label=$1 expect=$2
+  shift 2
+  start_wrk "$label" "$@"
+  wait "$WRK_PID" || die "wrk $label exited with $?: $(tail -n 3 "$WRK_LOG")"
+  check_wrk "$label" "$expect" "$WRK_LOG"
 }
 
 # run_wrk_until LABEL EXPECT THREADS CONNS SCRIPT PORT METRIC TARGET TIMEOUT
@@ -298,16 +306,11 @@ run_wrk() {
 #   LOAD_END := the time it was seen.
 run_wrk_until() {
   local label=$1 expect=$2 t=$3 c=$4 script=$5 port=$6 metric=$7 target=$8
-  local timeout=$9 pid out
+  local timeout=$9 out
   shift 9
-  local log=$LOGS/wrk-$label.log
-  env WRK_LUA_DIR="$WRK_DIR" "$@" wrk -t"$t" -c"$c" -d"$((timeout + 5))s" \
-    --timeout "$WRK_TIMEOUT" -s "$WRK_DIR/$script" "http://127.0.0.1:$port/" \
-    -- "$label-$RUN_ID" >"$log" 2>&1 &
-  pid=$!
-  track "$pid" wrk
+  start_wrk "$label" "$t" "$c" "$((timeout + 5))" "$script" "$port" "$@"
   if ! out=$(py wait-metric "$port" "$metric" ge "$target" "$timeout"); then
-    stop_pid "$pid" 10 INT
+    stop_pid "$WRK_PID" 10 INT
     die "wrk $label: $metric did not reach $target within ${timeout}s (last: ${out#* })"
   fi
   WAITED=${out%% *}
@@ -315,8 +318,8 @@ run_wrk_until() {
   # RUN_MIN: keep the load on for at least that many seconds in all.
   awk -v w="$WAITED" -v m="${RUN_MIN:-0}" 'BEGIN { exit !(w < m) }' \
     && sleep "$(awk -v w="$WAITED" -v m="$RUN_MIN" 'BEGIN { print m - w }')"
-  stop_pid "$pid" 10 INT
-  check_wrk "$label" "$expect" "$log"
+  stop_pid "$WRK_PID" 10 INT
+  check_wrk "$label" "$expect" "$WRK_LOG"
 }
 
 # emit_wrk SCENARIO SYSTEM: the current WRK_RESULT as CSV rows.

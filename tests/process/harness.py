@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from urllib.parse import quote
 
 BIN = os.environ.get("ONCEGATE_BIN", "build/tools/oncegate")
 # The test build (tests/mutants): the product unless ONCEGATE_MUTANT is set,
@@ -152,6 +153,67 @@ def wait_for(predicate, timeout, interval=0.01):
     return predicate()
 
 
+def start_threads(target, items, daemon=False):
+    """Starts a thread running `target(item)` for each of `items`; returns
+    them."""
+    threads = [threading.Thread(target=target, args=(item,), daemon=daemon)
+               for item in items]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def join_threads(threads, timeout):
+    """Joins each thread for up to `timeout` seconds; True when every one
+    ended."""
+    for t in threads:
+        t.join(timeout)
+    return not any(t.is_alive() for t in threads)
+
+
+class UniqueKeyLoad:
+    """Load on one node: `senders` threads, each posting keys of its own
+    ("TAG-sSENDER-N", body {"k": key}) until `stop()`, or until the node
+    goes away under it. `acked` is every key answered 200."""
+
+    KEYS_PER_SENDER = 100000
+
+    def __init__(self, node, tag, senders):
+        self.node = node
+        self.tag = tag
+        self.acked = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = start_threads(self._send, range(senders))
+
+    def _send(self, sender):
+        for i in range(self.KEYS_PER_SENDER):
+            if self._stop.is_set():
+                return
+            key = "%s-s%d-%d" % (self.tag, sender, i)
+            try:
+                status = self.node.webhook({"k": key}, key=key, timeout=5)[0]
+            except OSError:
+                return  # the node died under us
+            if status == 200:
+                with self._lock:
+                    self.acked.append(key)
+
+    def stop(self, timeout=15):
+        """Stops the senders; True when each ended within `timeout` s."""
+        self._stop.set()
+        return join_threads(self._threads, timeout)
+
+
+class TempDirCase:
+    """Mixin for unittest cases: `self.tmp`, a TempDir of its own for every
+    test, removed after it."""
+
+    def setUp(self):
+        self.tmp = TempDir()
+        self.addCleanup(self.tmp.cleanup)
+
+
 class UpstreamNodeCase:
     """Mixin for unittest cases: a node in front of the counting test
     upstream (tools/test_upstream.py), fresh for every test. A subclass sets
@@ -192,3 +254,35 @@ class UpstreamNodeCase:
         """A key of its own for each call in a test."""
         self.n += 1
         return "%s-%d" % (self._testMethodName[-24:], self.n)
+
+
+class ForwardingCase(UpstreamNodeCase):
+    """An UpstreamNodeCase whose node forwards its default route to the
+    test upstream too (`--upstream`), with requests by key and route."""
+
+    @property
+    def node_args(self):
+        return ("--upstream=" + self.up.url,)
+
+    def post(self, key, route="", body=None, timeout=10):
+        """POSTs `body` (default {"order": key}) to the route ("": the
+        default route) with `key` as its Idempotency-Key."""
+        path = "/v1/webhook" + ("/" + route if route else "")
+        return self.node.request("POST", path, body or {"order": key},
+                                 {"Idempotency-Key": key}, timeout)
+
+    def post_new_key(self, route, expected_status, *upstream_mode):
+        """Sets the upstream to `upstream_mode` (TestUpstream.set_mode),
+        posts a new key to `route` and asserts the answer's status; returns
+        (key, headers, body)."""
+        k = self.key()
+        self.up.set_mode(*upstream_mode)
+        status, headers, body = self.post(k, route)
+        self.assertEqual(status, expected_status, body)
+        return k, headers, body
+
+    def record(self, key, route="default"):
+        """(status, the record as JSON or None) of GET /v1/keys/KEY."""
+        status, _, body = self.node.request(
+            "GET", "/v1/keys/%s?route=%s" % (quote(key, safe=""), route))
+        return status, (json.loads(body) if status == 200 else None)

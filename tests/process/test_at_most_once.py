@@ -16,7 +16,7 @@ import time
 import unittest
 from urllib.parse import quote
 
-from harness import BIN, TempDir, UpstreamNodeCase, wait_for
+from harness import BIN, ForwardingCase, TempDir, wait_for
 
 
 # Short TTLs let a test outlive them; the HTTP response timeout must stay
@@ -58,23 +58,9 @@ def metric(text, name, labels):
     return None
 
 
-class AtMostOnceTest(UpstreamNodeCase, unittest.TestCase):
+class AtMostOnceTest(ForwardingCase, unittest.TestCase):
     def config(self, url):
         return config(url)
-
-    @property
-    def node_args(self):
-        return ("--upstream=" + self.up.url,)
-
-    def post(self, key, route="", timeout=10):
-        path = "/v1/webhook" + ("/" + route if route else "")
-        return self.node.request("POST", path, {"order": key},
-                                 {"Idempotency-Key": key}, timeout)
-
-    def record(self, key, route="default"):
-        status, _, body = self.node.request(
-            "GET", "/v1/keys/%s?route=%s" % (quote(key, safe=""), route))
-        return status, (json.loads(body) if status == 200 else None)
 
     def metrics(self):
         status, _, body = self.node.request("GET", "/metrics")
@@ -95,10 +81,7 @@ class AtMostOnceTest(UpstreamNodeCase, unittest.TestCase):
                         "the alarm did not run")
 
     def test_an_in_doubt_key_never_expires(self):
-        k = self.key()
-        self.up.set_mode("drop")
-        status, _, body = self.post(k, "short")
-        self.assertEqual(status, 502, body)
+        k, _, _ = self.post_new_key("short", 502, "drop")
         self.up.set_mode("normal")
         self.assertEqual(self.record(k, "short")[1]["state"], "in_doubt")
         self.outlive_ttl()
@@ -170,10 +153,7 @@ class AtMostOnceTest(UpstreamNodeCase, unittest.TestCase):
         self.up.set_mode("normal")
 
     def test_a_clean_stop_records_forwards_answered_202(self):
-        k = self.key()
-        self.up.set_mode("slow", 1.5)
-        status, _, body = self.post(k, "early")
-        self.assertEqual(status, 202, body)
+        k, _, _ = self.post_new_key("early", 202, "slow", 1.5)
         self.assertEqual(self.up.executions(k), 1)
         started = time.monotonic()
         code = self.node.stop()  # SIGTERM while the upstream still works
@@ -191,6 +171,14 @@ class AtMostOnceTest(UpstreamNodeCase, unittest.TestCase):
         self.assertEqual(self.up.executions(k), 1)
 
 
+def orders_route(response_timeout, connect_timeout, upstream_timeout, ttl):
+    """A config of one upstream route, `orders`, with these times."""
+    return ("[http]\nresponse-timeout=%s\n"
+            '[route.orders]\nupstream="http://127.0.0.1:9/x"\n'
+            "upstream-connect-timeout=%s\nupstream-timeout=%s\nttl=%s\n"
+            % (response_timeout, connect_timeout, upstream_timeout, ttl))
+
+
 class RouteTtlConfigTest(unittest.TestCase):
     def run_node(self, ini_text):
         tmp = TempDir()
@@ -206,23 +194,21 @@ class RouteTtlConfigTest(unittest.TestCase):
         finally:
             tmp.cleanup()
 
-    def test_a_ttl_shorter_than_the_upstream_timeouts_is_refused(self):
-        code, out = self.run_node(
-            "[http]\nresponse-timeout=1s\n"
-            '[route.orders]\nupstream="http://127.0.0.1:9/x"\n'
-            "upstream-connect-timeout=2s\nupstream-timeout=8s\nttl=5s\n")
+    def assert_ttl_refused(self, ini_text, reason):
+        """The config is refused (exit 2) for route.orders.ttl, naming
+        `reason`."""
+        code, out = self.run_node(ini_text)
         self.assertEqual(code, 2, out)
         self.assertIn("route.orders.ttl", out)
-        self.assertIn("upstream", out)
+        self.assertIn(reason, out)
+
+    def test_a_ttl_shorter_than_the_upstream_timeouts_is_refused(self):
+        self.assert_ttl_refused(orders_route("1s", "2s", "8s", "5s"),
+                                "upstream")
 
     def test_a_ttl_shorter_than_the_http_response_timeout_is_refused(self):
-        code, out = self.run_node(
-            "[http]\nresponse-timeout=30s\n"
-            '[route.orders]\nupstream="http://127.0.0.1:9/x"\n'
-            "upstream-connect-timeout=1s\nupstream-timeout=1s\nttl=20s\n")
-        self.assertEqual(code, 2, out)
-        self.assertIn("route.orders.ttl", out)
-        self.assertIn("http.response-timeout", out)
+        self.assert_ttl_refused(orders_route("30s", "1s", "1s", "20s"),
+                                "http.response-timeout")
 
     def test_a_signed_route_shorter_than_its_senders_retries_is_warned(self):
         code, out = self.run_node(

@@ -10,25 +10,36 @@ import threading
 import time
 import unittest
 
-from harness import BIN, Node, TempDir, wait_for
+from harness import (BIN, Node, TempDirCase, join_threads, start_threads,
+                     wait_for)
 
 
-class BackupTest(unittest.TestCase):
-    def setUp(self):
-        self.tmp = TempDir()
-        self.addCleanup(self.tmp.cleanup)
-
+class BackupTest(TempDirCase, unittest.TestCase):
     def backup(self, data_dir, out):
         res = subprocess.run([BIN, "--data-dir=" + data_dir,
                               "--backup-to=" + out],
                              capture_output=True, timeout=60)
         return res.returncode, (res.stdout + res.stderr).decode()
 
-    def test_backup_under_load_then_restore_keeps_every_key_before_it(self):
-        data = os.path.join(self.tmp.path, "data")
-        node = Node(data)
-        node.start()
+    def start_node(self, name):
+        """A node on the data directory `name` (in the test's directory),
+        started, killed after the test; returns (node, its data dir)."""
+        data = os.path.join(self.tmp.path, name)
+        node = Node(data).start()
         self.addCleanup(node.kill)
+        return node, data
+
+    def restore(self, backup_file, name):
+        """The documented restore (docs/operations.md): the backup in place
+        of oncegate.db in a fresh data directory (no WAL or shm files);
+        returns the node started on it."""
+        data = os.path.join(self.tmp.path, name)
+        os.makedirs(data)
+        shutil.copy(backup_file, os.path.join(data, "oncegate.db"))
+        return self.start_node(name)[0]
+
+    def test_backup_under_load_then_restore_keeps_every_key_before_it(self):
+        node, data = self.start_node("data")
         acked_before = []
         for i in range(200):
             status, _, _ = node.webhook({"n": i}, key="pre-%d" % i)
@@ -72,14 +83,8 @@ class BackupTest(unittest.TestCase):
         self.assertTrue(set(acked_before) <= keys)
         node.stop()
 
-        # Restore (docs/operations.md): a stopped node, the file in place of
-        # oncegate.db, its WAL and shm files removed.
-        restored = os.path.join(self.tmp.path, "restored")
-        os.makedirs(restored)
-        shutil.copy(out, os.path.join(restored, "oncegate.db"))
-        node2 = Node(restored)
-        node2.start()
-        self.addCleanup(node2.kill)
+        # Restore: a stopped node, the file in place of oncegate.db.
+        node2 = self.restore(out, "restored")
         for key in acked_before[:50] + acked_before[-50:]:
             status, _, _ = node2.webhook({"n": int(key.split("-")[1])},
                                          key=key)
@@ -93,10 +98,7 @@ class BackupTest(unittest.TestCase):
         node2.stop()
 
     def test_a_backup_overlapping_writes_is_one_consistent_moment(self):
-        data = os.path.join(self.tmp.path, "data")
-        node = Node(data)
-        node.start()
-        self.addCleanup(node.kill)
+        node, data = self.start_node("data")
         pad = "p" * 1024  # a database of some size: the copy takes a while
         pre = []
         for i in range(300):
@@ -125,10 +127,7 @@ class BackupTest(unittest.TestCase):
                     return
                 acked[w].append((key, time.monotonic()))
 
-        threads = [threading.Thread(target=writer, args=(w,))
-                   for w in range(writers)]
-        for t in threads:
-            t.start()
+        threads = start_threads(writer, range(writers))
         try:
             # The writers are running before the backup starts...
             self.assertTrue(wait_for(
@@ -143,8 +142,7 @@ class BackupTest(unittest.TestCase):
                 lambda: sum(map(len, acked)) >= n_end + 20, 5))
         finally:
             stop.set()
-            for t in threads:
-                t.join(15)
+            join_threads(threads, 15)
         self.assertEqual(errors, [])
         self.assertEqual(code, 0, text)
         # Writes were acknowledged while the backup ran.
@@ -179,12 +177,7 @@ class BackupTest(unittest.TestCase):
         node.stop()
 
         # The restored node knows exactly what the backup holds.
-        restored = os.path.join(self.tmp.path, "restored-overlap")
-        os.makedirs(restored)
-        shutil.copy(out, os.path.join(restored, "oncegate.db"))
-        node2 = Node(restored)
-        node2.start()
-        self.addCleanup(node2.kill)
+        node2 = self.restore(out, "restored-overlap")
         for key in pre[:20] + before[-20:] + [k for k in during if k in keys]:
             n = int(key.split("-")[1])
             self.assertEqual(node2.webhook({"n": n, "pad": pad},
@@ -198,10 +191,7 @@ class BackupTest(unittest.TestCase):
     def test_the_backup_message_describes_the_file_it_wrote(self):
         # "written to FILE (N records, applied index M)": N and M are the
         # file's, also while writes go on.
-        data = os.path.join(self.tmp.path, "data")
-        node = Node(data)
-        node.start()
-        self.addCleanup(node.kill)
+        node, data = self.start_node("data")
         stop = threading.Event()
 
         def writer(w):
@@ -211,10 +201,7 @@ class BackupTest(unittest.TestCase):
                     return
                 node.webhook({"n": i}, key="m%d-%d" % (w, i))
 
-        threads = [threading.Thread(target=writer, args=(w,))
-                   for w in range(4)]
-        for t in threads:
-            t.start()
+        threads = start_threads(writer, range(4))
         mismatches = []
         try:
             deadline = time.monotonic() + 8
@@ -237,8 +224,7 @@ class BackupTest(unittest.TestCase):
                     mismatches.append((text.strip(), count, applied))
         finally:
             stop.set()
-            for t in threads:
-                t.join(15)
+            join_threads(threads, 15)
         self.assertEqual(mismatches, [])
         node.stop()
 

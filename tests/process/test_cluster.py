@@ -36,7 +36,8 @@ import time
 import unittest
 import http.client
 
-from harness import BIN, Node, TempDir, wait_for
+from harness import (BIN, Node, TempDir, join_threads, start_threads,
+                     wait_for)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
                                 "tools"))
@@ -633,12 +634,7 @@ class SharedClusterTest(SharedClusterCase):
             with lock:
                 results.append(r)
 
-        threads = [threading.Thread(target=send, args=(i,), daemon=True)
-                   for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        join_threads(start_threads(send, range(n), daemon=True), 30)
         self.up.set_mode("normal")
         self.assertEqual(len(results), n)
         statuses = sorted(r[0] for r in results if r[0] is not None)
@@ -673,9 +669,10 @@ class SharedClusterTest(SharedClusterCase):
         self.assertEqual(metric(body.decode(), "oncegate_raft_is_leader"), 1)
 
     def run_failover(self, tag, fail_leader, label):
-        """Traffic, then `fail_leader(node)` on the leader; returns (old
-        leader id, new leader id, traffic) once the survivors served again
-        and the senders stopped."""
+        """Traffic, then `fail_leader(node)` on the leader; once the
+        survivors served again, the senders stopped and the survivors hold
+        the same records, each executed at most once, returns (the old
+        leader's node, traffic)."""
         old = self.cluster.wait_leader()
         survivors = [i for i in (1, 2, 3) if i != old]
         traffic = Traffic(self.cluster, tag).start()
@@ -715,39 +712,39 @@ class SharedClusterTest(SharedClusterCase):
         # Nothing is left undecided: every key got a final answer.
         undecided = [k for k, e in traffic.keys.items() if e["status"] is None]
         self.assertEqual(undecided, [], report)
-        return old, watch.leader, traffic
+        self.cluster.wait_converged(survivors)
+        self.assert_at_most_once(self.up, traffic, survivors)
+        return self.cluster.node(old), traffic
+
+    def assert_whole_again(self, label, traffic):
+        """All three nodes hold the same records, each executed at most
+        once, none left in flight."""
+        rows = self.assert_tables_equal([1, 2, 3])
+        self.assert_at_most_once(self.up, traffic, [1, 2, 3])
+        print("%s: %d records equal on all three nodes" % (label, rows),
+              file=sys.stderr)
+        with self.part("no record is left in flight"):
+            self.assert_nothing_left_in_flight([1, 2, 3], traffic.tag + "-",
+                                               traffic)
 
     @with_logs
     def test_a_killed_leader_is_replaced_and_catches_up_after_restart(self):
-        old, new, traffic = self.run_failover("kill", lambda n: n.kill(),
-                                              "SIGKILL")
-        survivors = [i for i in (1, 2, 3) if i != old]
-        self.cluster.wait_converged(survivors)
-        self.assert_at_most_once(self.up, traffic, survivors)
+        node, traffic = self.run_failover("kill", lambda n: n.kill(),
+                                          "SIGKILL")
         # Restart: it doubts its own in-flight records through the leader,
         # then catches up.
-        node = self.cluster.node(old)
         doubted = node.log_count("cluster.own_in_flight_doubted")
         node.start()
         self.assertTrue(wait_for(
             lambda: node.log_count("cluster.own_in_flight_doubted")
             > doubted, 15), "the restarted node never doubted its records")
         self.cluster.wait_converged([1, 2, 3])
-        rows = self.assert_tables_equal([1, 2, 3])
-        self.assert_at_most_once(self.up, traffic, [1, 2, 3])
-        print("SIGKILL: %d records equal on all three nodes" % rows,
-              file=sys.stderr)
-        with self.part("no record is left in flight"):
-            self.assert_nothing_left_in_flight([1, 2, 3], "kill-", traffic)
+        self.assert_whole_again("SIGKILL", traffic)
 
     @with_logs
     def test_a_hung_leader_is_replaced_and_steps_down_after_sigcont(self):
-        old, new, traffic = self.run_failover("stop", lambda n: n.sigstop(),
-                                              "SIGSTOP")
-        survivors = [i for i in (1, 2, 3) if i != old]
-        self.cluster.wait_converged(survivors)
-        self.assert_at_most_once(self.up, traffic, survivors)
-        node = self.cluster.node(old)
+        node, traffic = self.run_failover("stop", lambda n: n.sigstop(),
+                                          "SIGSTOP")
         node.sigcont()
 
         def stepped_down():
@@ -758,12 +755,7 @@ class SharedClusterTest(SharedClusterCase):
         self.assertTrue(wait_for(stepped_down, 10, 0.02),
                         "old leader did not step down: %s"
                         % self.cluster.statuses())
-        rows = self.assert_tables_equal([1, 2, 3])
-        self.assert_at_most_once(self.up, traffic, [1, 2, 3])
-        print("SIGSTOP: %d records equal on all three nodes" % rows,
-              file=sys.stderr)
-        with self.part("no record is left in flight"):
-            self.assert_nothing_left_in_flight([1, 2, 3], "stop-", traffic)
+        self.assert_whole_again("SIGSTOP", traffic)
 
 
 class OwnClusterCase(ClusterCase):
@@ -827,12 +819,7 @@ class QuorumLossTest(OwnClusterCase):
             with lock:
                 results[key] = r + (time.monotonic() - t0,)
 
-        threads = [threading.Thread(target=send, args=(k,), daemon=True)
-                   for k in keys]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        join_threads(start_threads(send, keys, daemon=True), 30)
         self.assertEqual(sorted(results), keys)
         for key, (status, headers, body, took) in sorted(results.items()):
             self.assertEqual(status, 503, (key, body))

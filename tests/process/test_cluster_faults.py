@@ -37,7 +37,7 @@ import threading
 import time
 import unittest
 
-from harness import wait_for
+from harness import join_threads, start_threads, wait_for
 from test_cluster import (ROUTE, Cluster, SharedClusterCase, Traffic,
                           with_logs)
 
@@ -143,13 +143,29 @@ class FaultsTest(SharedClusterCase):
             with lock:
                 results[k] = r
 
-        threads = [threading.Thread(target=send, args=(k,), daemon=True)
-                   for k in keys]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout + 5)
+        join_threads(start_threads(send, keys, daemon=True), timeout + 5)
         return results
+
+    def complete_and_cache(self, node_id, keys):
+        """Posts `keys` to `node_id` (each answered 200), then once more:
+        the node's key actors hold the completed records now, and answer
+        the duplicates 409 from them."""
+        first = self.post_all(node_id, keys)
+        self.assertEqual({k: r[0] for k, r in first.items()},
+                         {k: 200 for k in keys})
+        self.assertEqual({k: self.post(node_id, k)[0] for k in keys},
+                         {k: 409 for k in keys})
+
+    def assert_decided_from_now(self, traffic, count, after=None):
+        """`traffic` has at least `count` keys decided within 10 s from
+        now."""
+        since = time.monotonic()
+        decided = wait_for(
+            lambda: traffic.count_decided_since(since) >= count, 10)
+        msg = traffic.summary()
+        if after:
+            msg = "no decisions %s: %s" % (after, msg)
+        self.assertTrue(decided, msg)
 
     @staticmethod
     def problem(r):
@@ -300,13 +316,7 @@ class FaultsTest(SharedClusterCase):
         a = self.cluster.wait_leader()
         b, c = [i for i in (1, 2, 3) if i != a]
         keys = ["regained-%d" % n for n in range(3)]
-        first = self.post_all(a, keys)
-        self.assertEqual({k: r[0] for k, r in first.items()},
-                         {k: 200 for k in keys})
-        # A's key actors hold the completed records now: a duplicate is
-        # answered from them.
-        self.assertEqual({k: self.post(a, k)[0] for k in keys},
-                         {k: 409 for k in keys})
+        self.complete_and_cache(a, keys)
         self.transfer(a, b)
         for k in keys:
             self.release(c, k)
@@ -398,11 +408,8 @@ class FaultsTest(SharedClusterCase):
                 lid = self.cluster.wait_leader()
                 to = lid % 3 + 1
                 self.transfer(n % 3 + 1, to)
-                since = time.monotonic()
-                self.assertTrue(wait_for(
-                    lambda: traffic.count_decided_since(since) >= 20, 10),
-                    "no decisions after transfer %d: %s"
-                    % (n, traffic.summary()))
+                self.assert_decided_from_now(traffic, 20,
+                                             "after transfer %d" % n)
         finally:
             self.assertTrue(traffic.stop(), "senders did not stop")
         lost = {i: leadership_lost_commands(n, marks[i])
@@ -475,12 +482,7 @@ class FaultsTest(SharedClusterCase):
         lid = self.cluster.wait_leader()
         self.assertNotEqual(lid, f)
         keys = ["restored-release-%d" % n for n in range(3)]
-        first = self.post_all(f, keys)
-        self.assertEqual({k: r[0] for k, r in first.items()},
-                         {k: 200 for k in keys})
-        # Now in the follower's caches: a duplicate is answered 409 there.
-        self.assertEqual({k: self.post(f, k)[0] for k in keys},
-                         {k: 409 for k in keys})
+        self.complete_and_cache(f, keys)  # now in the follower's caches
         follower = nodes[f]
         behind = follower.status()["last_index"]
         mark = log_size(follower)
@@ -562,10 +564,7 @@ class FaultsTest(SharedClusterCase):
                 del self.cluster.threshold[down]
                 self.cluster.add(down, ids)
             self.cluster.wait_ready(timeout=20)
-            since = time.monotonic()
-            self.assertTrue(wait_for(
-                lambda: traffic.count_decided_since(since) >= 20, 10),
-                traffic.summary())
+            self.assert_decided_from_now(traffic, 20)
         finally:
             self.assertTrue(traffic.stop(), "senders did not stop")
         self.cluster.wait_converged()
@@ -637,10 +636,7 @@ class FaultsTest(SharedClusterCase):
             down, behind = self.kill_until_compacted(traffic)
             node = self.cluster.node(down)
             node.start()
-            since = time.monotonic()
-            self.assertTrue(wait_for(
-                lambda: traffic.count_decided_since(since) >= 50, 10),
-                traffic.summary())
+            self.assert_decided_from_now(traffic, 50)
         finally:
             self.assertTrue(traffic.stop(), "senders did not stop")
 

@@ -187,47 +187,49 @@ class ContractCase(unittest.TestCase):
 
     # -- transport ------------------------------------------------------------
 
-    def send(self, method, path, body=None, headers=None,
-             content_type="application/json", timeout=10.0):
-        """Any request; the body of every response must be JSON."""
+    @staticmethod
+    def exchange(write_request, timeout=10.0):
+        """A fresh connection to the node: `write_request(conn)` sends the
+        request; returns the Response read back."""
         conn = http.client.HTTPConnection("127.0.0.1", NODE.port,
                                           timeout=timeout)
         try:
-            hdrs = {}
-            if content_type is not None:
-                hdrs["Content-Type"] = content_type
-            hdrs.update(headers or {})
-            data = None if body is None else to_bytes(body)
-            conn.request(method, path, body=data, headers=hdrs)
+            write_request(conn)
             res = conn.getresponse()
-            raw = res.read()
-            out = Response(res.status,
-                           {k.lower(): v for k, v in res.getheaders()}, raw)
+            return Response(res.status,
+                            {k.lower(): v for k, v in res.getheaders()},
+                            res.read())
         finally:
             conn.close()
+
+    def send(self, method, path, body=None, headers=None,
+             content_type="application/json", timeout=10.0):
+        """Any request; the body of every response must be JSON."""
+        hdrs = {}
+        if content_type is not None:
+            hdrs["Content-Type"] = content_type
+        hdrs.update(headers or {})
+        data = None if body is None else to_bytes(body)
+        out = self.exchange(
+            lambda conn: conn.request(method, path, body=data, headers=hdrs),
+            timeout)
         try:
-            out.doc = json.loads(raw)
+            out.doc = json.loads(out.raw)
         except ValueError:
             self.fail("response body is not JSON: %r" % (out,))
         return out
 
     def send_lines(self, method, path, header_lines, body=b""):
         """Sends header lines as given (names may repeat)."""
-        conn = http.client.HTTPConnection("127.0.0.1", NODE.port,
-                                          timeout=10.0)
-        try:
+        def write_request(conn):
             conn.putrequest(method, path)
             for name, value in header_lines:
                 conn.putheader(name, value)
             conn.putheader("Content-Length", str(len(body)))
             conn.endheaders(body)
-            res = conn.getresponse()
-            raw = res.read()
-            out = Response(res.status,
-                           {k.lower(): v for k, v in res.getheaders()}, raw)
-        finally:
-            conn.close()
-        out.doc = json.loads(raw)
+
+        out = self.exchange(write_request)
+        out.doc = json.loads(out.raw)
         return out
 
     def send_raw(self, parts, timeout=SLOW_TIMEOUT_S + 10):
@@ -795,41 +797,33 @@ class BadRequestTest(ContractCase):
         self.assert_not_stored(key)
         return doc
 
-    def test_malformed_json_is_400_and_stores_nothing(self):
-        self.check_400('{"id": "x",', "malformed-json")
+    # Bodies refused 400 before anything is stored, with their problem type.
+    BAD_BODIES = (
+        ("malformed JSON", '{"id": "x",', "malformed-json"),
+        ("invalid UTF-8 bytes", b'{"n":"\xff\xfe"}', "invalid-utf8"),
+        ("a lone surrogate escape", '{"n":"\\ud800"}', "invalid-utf8"),
+        ("duplicate member names", '{"a":1,"a":1}', "duplicate-member"),
+        ("duplicate member names after unescaping", '{"a":1,"\\u0061":2}',
+         "duplicate-member"),
+        ("an array at the top level", '[{"id":"x"}]', "not-an-object"),
+        ("duplicate member names in a nested object", '{"a":{"b":1,"b":2}}',
+         "duplicate-member"),
+        ("a string at the top level", '"just a string"', "not-an-object"),
+        ("trailing data after the object", '{"a":1} {"b":2}',
+         "malformed-json"),
+        ("an empty body", b"", "malformed-json"),
+    )
+
+    def test_each_bad_body_is_400_with_its_problem_and_stores_nothing(self):
+        for what, body, problem in self.BAD_BODIES:
+            with self.subTest(what):
+                self.check_400(body, problem)
 
     def test_a_malformed_body_does_not_burn_its_key(self):
         key = unique()
         self.assert_problem(self.post('{"n": 1', key=key), 400,
                             "malformed-json")
         self.assert_accepted(self.post({"n": 1}, key=key), key)
-
-    def test_invalid_utf8_bytes_are_400_invalid_utf8(self):
-        self.check_400(b'{"n":"\xff\xfe"}', "invalid-utf8")
-
-    def test_a_lone_surrogate_escape_is_400_invalid_utf8(self):
-        self.check_400('{"n":"\\ud800"}', "invalid-utf8")
-
-    def test_duplicate_member_names_are_400_duplicate_member(self):
-        self.check_400('{"a":1,"a":1}', "duplicate-member")
-
-    def test_duplicate_member_names_after_unescaping_are_400(self):
-        self.check_400('{"a":1,"\\u0061":2}', "duplicate-member")
-
-    def test_an_array_at_the_top_level_is_400_not_an_object(self):
-        self.check_400('[{"id":"x"}]', "not-an-object")
-
-    def test_duplicate_member_names_in_a_nested_object_are_400(self):
-        self.check_400('{"a":{"b":1,"b":2}}', "duplicate-member")
-
-    def test_a_string_at_the_top_level_is_400_not_an_object(self):
-        self.check_400('"just a string"', "not-an-object")
-
-    def test_trailing_data_after_the_object_is_400_malformed_json(self):
-        self.check_400('{"a":1} {"b":2}', "malformed-json")
-
-    def test_an_empty_body_is_400_malformed_json(self):
-        self.check_400(b"", "malformed-json")
 
 
 class MediaTypeMethodAndPathTest(ContractCase):

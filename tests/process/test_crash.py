@@ -7,11 +7,10 @@ be answered 409 (a duplicate). A lost acknowledged decision fails the test.
 
 import os
 import random
-import threading
 import time
 import unittest
 
-from harness import Node, TempDir
+from harness import Node, TempDir, UniqueKeyLoad
 
 CYCLES = int(os.environ.get("ONCEGATE_CRASH_CYCLES", "6"))
 SENDERS = 8
@@ -29,35 +28,11 @@ class CrashTest(unittest.TestCase):
             self.tmp.cleanup()
 
     def run_cycle(self, cycle, rng):
-        acked = []
-        lock = threading.Lock()
-        stop = threading.Event()
-
-        def sender(n):
-            i = 0
-            while not stop.is_set() and i < 100000:
-                key = "c%d-s%d-%d" % (cycle, n, i)
-                i += 1
-                try:
-                    status = self.node.webhook({"k": key}, key=key,
-                                               timeout=5)[0]
-                except OSError:
-                    return  # the node died under us
-                if status == 200:
-                    with lock:
-                        acked.append(key)
-
-        threads = [threading.Thread(target=sender, args=(n,))
-                   for n in range(SENDERS)]
-        for t in threads:
-            t.start()
+        load = UniqueKeyLoad(self.node, "c%d" % cycle, SENDERS)
         time.sleep(rng.uniform(0.05, 0.6))  # the random crash moment
         self.node.kill()
-        stop.set()
-        for t in threads:
-            t.join(15)
-            self.assertFalse(t.is_alive())
-        return acked
+        self.assertTrue(load.stop(), "a sender hangs")
+        return load.acked
 
     def test_no_acknowledged_claim_is_lost_across_kills(self):
         rng = random.Random(int(os.environ.get("ONCEGATE_SEED", "7")))

@@ -12,7 +12,7 @@ import subprocess
 import unittest
 from urllib.parse import quote
 
-from harness import BIN, Node, TempDir, UpstreamNodeCase
+from harness import BIN, Node, TempDirCase, UpstreamNodeCase
 
 
 ADMIN = "admin-hardening-token-1234"
@@ -75,13 +75,7 @@ class StoredOutcomeTest(UpstreamNodeCase, unittest.TestCase):
         self.assertEqual(self.node.request("GET", "/healthz")[0], 200)
 
 
-class SecretsTest(unittest.TestCase):
-    def setUp(self):
-        self.tmp = TempDir()
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class SecretsTest(TempDirCase, unittest.TestCase):
     def ini(self, text):
         path = os.path.join(self.tmp.path, "node.ini")
         with open(path, "w") as f:
@@ -121,13 +115,7 @@ class SecretsTest(unittest.TestCase):
         self.assertNotIn(ADMIN, out)
 
 
-class PermissionsTest(unittest.TestCase):
-    def setUp(self):
-        self.tmp = TempDir()
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class PermissionsTest(TempDirCase, unittest.TestCase):
     def mode(self, path):
         return stat.S_IMODE(os.stat(path).st_mode)
 

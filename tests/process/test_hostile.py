@@ -256,6 +256,29 @@ class HostileTest(unittest.TestCase):
         self.assertKeyFree("chunky")
         self.assertSlotsFree()
 
+    def stream_until_answered(self, client, chunks, send_timeout,
+                              deadline=None):
+        """Sends up to `chunks` times 64 KiB of body bytes, stopping as soon
+        as the server answers (or closes), refuses more bytes, lets one
+        send block for `send_timeout` s, or `deadline` passes. Returns
+        (the bytes sent, whether the server refused more)."""
+        sent = 0
+        for _ in range(chunks):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            readable, _, _ = select.select([client.sock], [], [], 0)
+            if readable:
+                break
+            try:
+                client.sock.settimeout(send_timeout)
+                client.sock.sendall(b"a" * 65536)
+                sent += 65536
+            except (BrokenPipeError, ConnectionResetError):
+                return sent, True
+            except socket.timeout:
+                break
+        return sent, False
+
     def test_chunk_extensions_or_trailers_past_the_limit_are_refused_without_reading_them(
             self):
         # The chunked body on the wire is what the limit bounds: a chunk
@@ -272,21 +295,7 @@ class HostileTest(unittest.TestCase):
                 c = self.connect()
                 start = time.monotonic()
                 c.send(webhook_head(key="ext-" + name, chunked=True) + opener)
-                # 4 MiB, 64 KiB at a time, stopping as soon as the server
-                # answers or refuses more bytes.
-                refused = False
-                for _ in range(64):
-                    readable, _, _ = select.select([c.sock], [], [], 0)
-                    if readable:
-                        break
-                    try:
-                        c.sock.settimeout(2.0)
-                        c.sock.sendall(b"a" * 65536)
-                    except (BrokenPipeError, ConnectionResetError):
-                        refused = True
-                        break
-                    except socket.timeout:
-                        break
+                _, refused = self.stream_until_answered(c, 64, 2.0)  # 4 MiB
                 try:
                     res = c.read_response(timeout=BODY_TIMEOUT + 1.5)
                 except ConnectionResetError:
@@ -313,23 +322,8 @@ class HostileTest(unittest.TestCase):
         start = time.monotonic()
         c.send(webhook_head(key="stream", chunked=True) + b"1;ext=")
         deadline = start + BODY_TIMEOUT + 1.5
-        sent = 0
-        refused = False
-        for _ in range(4096):  # at most 256 MiB
-            if time.monotonic() > deadline:
-                break
-            readable, _, _ = select.select([c.sock], [], [], 0)
-            if readable:
-                break
-            try:
-                c.sock.settimeout(1.0)
-                c.sock.sendall(b"a" * 65536)
-                sent += 65536
-            except (BrokenPipeError, ConnectionResetError):
-                refused = True
-                break
-            except socket.timeout:
-                break
+        sent, refused = self.stream_until_answered(  # at most 256 MiB
+            c, 4096, 1.0, deadline)
         answered = None
         try:
             answered = c.read_response(

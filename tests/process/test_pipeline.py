@@ -9,7 +9,7 @@ import threading
 import unittest
 from urllib.parse import quote
 
-from harness import UpstreamNodeCase, wait_for
+from harness import ForwardingCase, join_threads, start_threads, wait_for
 
 
 
@@ -27,40 +27,22 @@ respond-after=300ms
 """.format(url=url)
 
 
-class PipelineTest(UpstreamNodeCase, unittest.TestCase):
+class PipelineTest(ForwardingCase, unittest.TestCase):
     def config(self, url):
         return config(url)
-
-    @property
-    def node_args(self):
-        return ("--upstream=" + self.up.url,)
-
-    def post(self, key, route="", body=None, timeout=10):
-        path = "/v1/webhook" + ("/" + route if route else "")
-        return self.node.request("POST", path, body or {"order": key},
-                                 {"Idempotency-Key": key}, timeout)
-
-    def record(self, key, route="default"):
-        status, _, body = self.node.request(
-            "GET", "/v1/keys/%s?route=%s" % (quote(key, safe=""), route))
-        return status, (json.loads(body) if status == 200 else None)
 
     def parallel(self, n, fn):
         results = []
         lock = threading.Lock()
         barrier = threading.Barrier(n)
 
-        def run():
+        def run(_):
             barrier.wait(10)
             r = fn()
             with lock:
                 results.append(r)
 
-        threads = [threading.Thread(target=run) for _ in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        join_threads(start_threads(run, range(n)), 60)
         self.assertEqual(len(results), n)
         return results
 
@@ -113,10 +95,7 @@ class PipelineTest(UpstreamNodeCase, unittest.TestCase):
         self.assertEqual(replayed[1]["content-type"], "application/json")
 
     def test_an_upstream_500_is_the_stored_outcome(self):
-        k = self.key()
-        self.up.set_mode("error")
-        status, _, body = self.post(k, "replay")
-        self.assertEqual(status, 500, body)
+        k, _, body = self.post_new_key("replay", 500, "error")
         self.up.set_mode("normal")
         again = self.post(k, "replay")
         self.assertEqual((again[0], again[2]), (500, body))
@@ -142,10 +121,7 @@ class PipelineTest(UpstreamNodeCase, unittest.TestCase):
         self.assertEqual(self.up.executions(k), 1)
 
     def test_a_dropped_request_is_in_doubt_and_never_retried(self):
-        k = self.key()
-        self.up.set_mode("drop")
-        status, _, body = self.post(k)
-        self.assertEqual(status, 502, body)
+        k, _, body = self.post_new_key("", 502, "drop")
         self.assertEqual(json.loads(body)["type"],
                          "https://oncegate.dev/problems/in-doubt")
         self.up.set_mode("normal")
@@ -169,20 +145,14 @@ class PipelineTest(UpstreamNodeCase, unittest.TestCase):
         self.assertEqual(self.up.executions(k), 2)
 
     def test_an_upstream_timeout_is_in_doubt_with_504(self):
-        k = self.key()
-        self.up.set_mode("slow", 5)
-        status, _, body = self.post(k, "fast")
-        self.assertEqual(status, 504, body)
+        k, _, _ = self.post_new_key("fast", 504, "slow", 5)
         self.up.set_mode("normal")
         self.assertEqual(self.record(k, "fast")[1]["state"], "in_doubt")
         self.assertEqual(self.post(k, "fast")[0], 409)
         self.assertEqual(self.up.executions(k), 1)
 
     def test_a_slow_upstream_gets_202_and_its_outcome_is_stored(self):
-        k = self.key()
-        self.up.set_mode("slow", 1.5)
-        status, _, body = self.post(k, "early")
-        self.assertEqual(status, 202, body)
+        k, _, body = self.post_new_key("early", 202, "slow", 1.5)
         self.assertEqual(json.loads(body)["status"], "in_progress")
         # While in flight, a retry is told to come back.
         status, headers, _ = self.post(k, "early")

@@ -15,7 +15,8 @@ import os
 import threading
 import unittest
 
-from harness import Node, TempDir, wait_for
+from harness import (Node, TempDir, UniqueKeyLoad, join_threads,
+                     start_threads, wait_for)
 
 POWERLOSS_BIN = os.environ.get(
     "ONCEGATE_POWERLOSS_BIN",
@@ -50,37 +51,14 @@ class PowerlossTest(unittest.TestCase):
     def load_and_cut(self, node, cycle):
         """Sends unique keys until ACKS_BEFORE_CUT were answered 200, then
         SIGKILLs the node; returns every key answered 200."""
-        acked = []
-        lock = threading.Lock()
-        stop = threading.Event()
-
-        def sender(n):
-            i = 0
-            while not stop.is_set() and i < 100000:
-                key = "p%d-s%d-%d" % (cycle, n, i)
-                i += 1
-                try:
-                    status = node.webhook({"k": key}, key=key, timeout=5)[0]
-                except OSError:
-                    return  # the power went out under us
-                if status == 200:
-                    with lock:
-                        acked.append(key)
-
-        threads = [threading.Thread(target=sender, args=(n,))
-                   for n in range(SENDERS)]
-        for t in threads:
-            t.start()
-        reached = wait_for(lambda: len(acked) >= ACKS_BEFORE_CUT,
+        load = UniqueKeyLoad(node, "p%d" % cycle, SENDERS)
+        reached = wait_for(lambda: len(load.acked) >= ACKS_BEFORE_CUT,
                            LOAD_TIMEOUT)
         node.kill()  # the power cut: the VFS's unsynced writes die here
-        stop.set()
-        for t in threads:
-            t.join(15)
-            self.assertFalse(t.is_alive())
+        self.assertTrue(load.stop(), "a sender hangs")
         self.assertTrue(reached, "cycle %d: only %d acks in %ss"
-                        % (cycle, len(acked), LOAD_TIMEOUT))
-        return acked
+                        % (cycle, len(load.acked), LOAD_TIMEOUT))
+        return load.acked
 
     def lost_after_restart(self, keys):
         """Restarts the data directory with the normal binary and returns
@@ -97,13 +75,9 @@ class PowerlossTest(unittest.TestCase):
                     with lock:
                         lost.append(k)
 
-        threads = [threading.Thread(target=check, args=(keys[n::SENDERS],))
-                   for n in range(SENDERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-            self.assertFalse(t.is_alive())
+        threads = start_threads(check, (keys[n::SENDERS]
+                                        for n in range(SENDERS)))
+        self.assertTrue(join_threads(threads, 60), "a check hangs")
         self.assertEqual(node.stop(), 0)
         self.nodes.remove(node)
         return lost

@@ -37,7 +37,7 @@ import time
 import unittest
 
 import raftcut
-from harness import BIN, TempDir, wait_for
+from harness import BIN, TempDir, join_threads, start_threads, wait_for
 from test_cluster import Cluster
 
 LIB = os.environ.get(
@@ -168,10 +168,7 @@ class PowerlossClusterTest(unittest.TestCase):
                     with lock:
                         acked.append(key)
 
-        threads = [threading.Thread(target=sender, args=(s,), daemon=True)
-                   for s in range(SENDERS)]
-        for t in threads:
-            t.start()
+        threads = start_threads(sender, range(SENDERS), daemon=True)
         reached = wait_for(lambda: len(acked) >= ACKS_BEFORE_CUT,
                            LOAD_TIMEOUT)
         cut = victims(self.cluster.ready_leader() or first)
@@ -181,9 +178,7 @@ class PowerlossClusterTest(unittest.TestCase):
         for i in cut:
             self.cluster.node(i).kill()
         stop.set()
-        for t in threads:
-            t.join(15)
-            self.assertFalse(t.is_alive(), "a sender hangs")
+        self.assertTrue(join_threads(threads, 15), "a sender hangs")
         self.assertTrue(reached, "%s: only %d acks in %ss"
                         % (tag, len(acked), LOAD_TIMEOUT))
         return acked, cut
@@ -212,13 +207,9 @@ class PowerlossClusterTest(unittest.TestCase):
                         with lock:
                             lost.setdefault(k, []).append((i, status))
 
-        threads = [threading.Thread(target=check, args=(keys[n::SENDERS],),
-                                    daemon=True) for n in range(SENDERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-            self.assertFalse(t.is_alive(), "a check hangs")
+        threads = start_threads(check, (keys[n::SENDERS]
+                                        for n in range(SENDERS)), daemon=True)
+        self.assertTrue(join_threads(threads, 60), "a check hangs")
         return lost
 
     def cycle(self, n, kind):
