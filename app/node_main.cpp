@@ -34,6 +34,41 @@ namespace oncegate::gateway {
 
 namespace {
 
+/// The exit code that asks the supervisor for a restart (EX_TEMPFAIL): the
+/// node cannot go on in this process, a fresh one can (systemd's
+/// `Restart=on-failure` restarts it; so does the drill runner).
+constexpr int exit_restart = 75;
+
+// Stops the node from any thread with an exit code, also before the HTTP
+// server exists (it then stops as soon as it is attached).
+class node_stopper {
+public:
+  void attach(http_server* server) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    server_ = server;
+    if (server_ && code_)
+      server_->stop();
+  }
+
+  void stop(int code) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (!code_)
+      code_ = code;
+    if (server_)
+      server_->stop();
+  }
+
+  int code_or(int fallback) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return code_ ? *code_ : fallback;
+  }
+
+private:
+  std::mutex mtx_;
+  http_server* server_ = nullptr;
+  std::optional<int> code_;
+};
+
 // CAF reports a bad value in the config file by line and column only:
 // quote that line, which names the option.
 std::string config_file_context(const node_config& cfg,
@@ -274,6 +309,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
   auto node_time = std::make_shared<node_clock>();
   auto clock = read_clock(node_time);
   auto caches = std::make_shared<cache_coherence>();
+  auto stopper = std::make_shared<node_stopper>();
   std::optional<node> single;
   std::unique_ptr<cluster::cluster_node> clustered;
   std::unique_ptr<node_service> service;
@@ -284,6 +320,12 @@ int run_node(int argc, char** argv, const run_options& ro) {
       caches->applied(cmds);
     };
     hooks.on_restored = [caches] { caches->restored(); };
+    hooks.on_unavailable = [stopper] {
+      log::cluster()->critical("node.exiting code={} reason=raft_unavailable "
+                               "(the supervisor restarts it)",
+                               exit_restart);
+      stopper->stop(exit_restart);
+    };
     auto nopts = cfg.node_opts();
     if (ro.tweak)
       ro.tweak(nopts, &*copts);
@@ -337,7 +379,10 @@ int run_node(int argc, char** argv, const run_options& ro) {
       // One machine-readable line on stdout for scripts and tests.
       std::cout << "oncegate ready http=" << cfg.http_host << ':'
                 << server->port() << std::endl;
+      stopper->attach(server.get());
       server->run(true);
+      stopper->attach(nullptr);
+      exit_code = stopper->code_or(exit_code);
       // Forwards answered 202 (`respond-after`) may still run: record their
       // outcomes before the actors stop, bounded by the shutdown grace (a
       // forward ends within its upstream timeouts).

@@ -119,6 +119,7 @@ struct raft_node::impl {
   bool stepping_down = false;
   clock_type::time_point last_step_down;
   uint64_t configuration_index = ~uint64_t{0};
+  bool lost = false;
 
   impl() {
     std::memset(&loop, 0, sizeof(loop));
@@ -222,6 +223,16 @@ struct raft_node::impl {
     {
       std::lock_guard<std::mutex> guard{status_mtx};
       published = current;
+    }
+    // Running means started and not closing (`close` stops this check
+    // before it calls raft_close), so `unavailable` here is for good.
+    if (current.role == raft_role::unavailable && !lost) {
+      lost = true;
+      log::cluster()->critical("raft.unavailable term={} (libraft stopped "
+                               "after an I/O error; restart the node)",
+                               current.term);
+      if (hooks.on_unavailable)
+        hooks.on_unavailable();
     }
     brief_role.store(static_cast<uint8_t>(current.role),
                      std::memory_order_release);

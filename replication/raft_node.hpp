@@ -99,6 +99,10 @@ struct raft_hooks {
     on_applied;
   /// A snapshot replaced the whole database.
   std::function<void()> on_restored;
+  /// libraft turned `unavailable` while running (an I/O error it does not
+  /// recover from, e.g. ENOSPC writing its metadata): this instance will
+  /// never take part again. Called once; the node must be restarted.
+  std::function<void()> on_unavailable;
 };
 
 /// A Raft server on its own thread (a libuv loop) over the node's SQLite

@@ -403,6 +403,7 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   auto registries_mtx = std::make_shared<std::mutex>();
   raft_hooks rh;
   rh.on_applied = std::move(hooks.on_applied);
+  rh.on_unavailable = std::move(hooks.on_unavailable);
   rh.on_restored = [registries, registries_mtx,
                     restored = std::move(hooks.on_restored)] {
     {

@@ -109,6 +109,9 @@ struct cluster_hooks {
     on_applied;
   /// After a snapshot replaced the database.
   std::function<void()> on_restored;
+  /// Raft stopped for good (`raft_hooks::on_unavailable`): the node must
+  /// exit so that its supervisor restarts it.
+  std::function<void()> on_unavailable;
 };
 
 /// Opens the database under `opts.data_dir` (Raft log in `raft/` beside

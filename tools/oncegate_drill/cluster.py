@@ -29,6 +29,11 @@ START_TIMEOUT = 20.0  # a node prints its ready line within this long
 STOP_TIMEOUT = 20.0  # SIGTERM to exit (a clean stop drains requests)
 STATUS_TIMEOUT = 1.0  # one GET /v1/cluster or /readyz
 LEADER_TIMEOUT = 15.0  # a fault that targets the leader waits for one
+# The exit code with which a node asks its supervisor for a restart
+# (app/node_main.cpp: Raft stopped for good after an I/O error).
+RESTART_EXIT = 75
+RESTART_DELAY = 1.0  # like systemd's RestartSec (the unit has 2 s)
+RESTART_ATTEMPTS = 30  # starts that may fail in a row (a disk still full)
 
 
 def pdeathsig_prefix():
@@ -314,6 +319,12 @@ class Cluster:
         self.admin_token = admin_token
         self.single = single
         self.crashes = []  # (node id, exit code) of nodes that died alone
+        # Supervision (`supervise`): nodes that exit with RESTART_EXIT are
+        # restarted like systemd's Restart=on-failure would, not counted as
+        # crashes; a restart that fails is tried again after the delay.
+        self.supervisor_prefix = None
+        self.restarts = []  # (node id, drill-monotonic time) of each restart
+        self._due = {}  # node id -> (monotonic due time, failed attempts)
 
     def ids(self):
         return sorted(self.nodes)
@@ -391,12 +402,52 @@ class Cluster:
             time.sleep(0.2)
         return False
 
+    def supervise(self, prefix):
+        """Restarts nodes that ask for it (RESTART_EXIT), spawning with
+        `prefix` (pdeathsig_prefix(); on the main thread, like every
+        spawn)."""
+        self.supervisor_prefix = prefix
+
     def reap_crashes(self):
-        """Notes nodes that exited on their own (a product crash)."""
+        """Notes nodes that exited on their own (a product crash), and
+        restarts those that asked for it when supervising."""
         for n in self.nodes.values():
-            if n.controllable:
-                code = n.check_alive()
-                if code is not None:
-                    self.crashes.append((n.id, code))
-                    log("drill: node %d exited by itself with code %s"
-                        % (n.id, code))
+            if not n.controllable:
+                continue
+            code = n.check_alive()
+            if code is None:
+                continue
+            if code == RESTART_EXIT and self.supervisor_prefix is not None:
+                log("drill: node %d exited with %d (restart requested)"
+                    % (n.id, code))
+                self._due[n.id] = (time.monotonic() + RESTART_DELAY, 0)
+            else:
+                self.crashes.append((n.id, code))
+                log("drill: node %d exited by itself with code %s"
+                    % (n.id, code))
+        self._restart_due()
+
+    def _restart_due(self):
+        now = time.monotonic()
+        for i, (due, failed) in list(self._due.items()):
+            n = self.nodes[i]
+            if n.state != "down":  # started meanwhile (e.g. by restore)
+                del self._due[i]
+                continue
+            if now < due:
+                continue
+            try:
+                n.start(self.supervisor_prefix)
+            except DrillError as e:
+                if failed + 1 >= RESTART_ATTEMPTS:
+                    del self._due[i]
+                    self.crashes.append((i, "restart failed %d times: %s"
+                                         % (failed + 1, e)))
+                else:
+                    self._due[i] = (time.monotonic() + RESTART_DELAY,
+                                    failed + 1)
+                continue
+            del self._due[i]
+            self.restarts.append((i, now))
+            log("drill: node %d restarted by the supervisor (pid %d)"
+                % (i, n.pid))

@@ -220,6 +220,8 @@ class Drill(FaultSchedule):
             nodes = self.generated_nodes(ids)
         self.cluster = Cluster(nodes, self.admin_token(),
                                single=len(nodes) == 1 and not self.clustered)
+        # As systemd's Restart=on-failure would (packaging/oncegate.service).
+        self.cluster.supervise(self.prefix)
         for n in nodes:
             if self.disks:
                 self.disks.mount(n.data_dir)
@@ -479,6 +481,8 @@ class Drill(FaultSchedule):
             counts = self.upstream_counts()
             dbs, applied, differ = self.settled_databases(routes)
         self.final_counts = counts
+        self.timeline["supervisor_restarts"] = [
+            i for i, _ in self.cluster.restarts]
         for i, code in self.cluster.crashes:
             self.findings.violation("node-exited", node=i, detail=(
                 "the node exited by itself with code %s; log %s"
