@@ -2,8 +2,6 @@
 #include "tests/actors/node_fixture.hpp"
 
 using namespace oncegate;
-using oncegate::test::ask;
-using oncegate::test::make_claim;
 
 namespace {
 
@@ -17,13 +15,10 @@ struct alarm_fixture : test::node_fixture {
 
   // Claims `count` keys at wall time `now` with `ttl_ms`, in one batch.
   void fill(int count, int64_t now, int64_t ttl_ms, const std::string& prefix) {
-    std::vector<test::reply_slot<claim_result>> replies;
+    std::vector<reply_slot<claim_result>> replies;
     for (int i = 0; i < count; ++i)
-      replies.push_back(ask<claim_result>(sys, n.registries.front(),
-                                          claim_atom::value,
-                                          make_claim(prefix
-                                                       + std::to_string(i),
-                                                     now, "{}", ttl_ms)));
+      replies.push_back(
+        send_claim(make_claim(prefix + std::to_string(i), now, "{}", ttl_ms)));
     sched.run();
     for (auto& r : replies)
       CAF_REQUIRE(*r && **r && grants((**r)->outcome));

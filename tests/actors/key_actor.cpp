@@ -4,9 +4,6 @@
 #include "common/errc.hpp"
 
 using namespace oncegate;
-using oncegate::test::ask;
-using oncegate::test::make_claim;
-using oncegate::test::reply_slot;
 
 CAF_TEST_FIXTURE_SCOPE(key_actor_tests, test::node_fixture)
 
@@ -35,21 +32,11 @@ CAF_TEST(the same key with another payload is a mismatch) {
 CAF_TEST(one hundred concurrent claims of one key grant exactly one) {
   std::vector<reply_slot<claim_result>> replies;
   for (int i = 0; i < 100; ++i)
-    replies.push_back(ask<claim_result>(sys, n.registries.front(),
-                                        claim_atom::value,
-                                        make_claim("hot", 1000 + i)));
+    replies.push_back(send_claim(make_claim("hot", 1000 + i)));
   sched.run();
-  int granted = 0;
-  int duplicates = 0;
-  for (auto& r : replies) {
-    CAF_REQUIRE(*r && **r);
-    if (grants((**r)->outcome))
-      ++granted;
-    else if ((**r)->outcome == decision::duplicate)
-      ++duplicates;
-  }
-  CAF_CHECK_EQUAL(granted, 1);
-  CAF_CHECK_EQUAL(duplicates, 99);
+  auto decided = outcomes_of(replies);
+  CAF_CHECK_EQUAL(decided.granted, 1);
+  CAF_CHECK_EQUAL(decided.duplicates, 99);
   CAF_CHECK_EQUAL(registry().spawned, 1u);
 }
 
@@ -57,17 +44,9 @@ CAF_TEST(concurrent claims of many keys each grant exactly once) {
   std::vector<reply_slot<claim_result>> replies;
   for (int round = 0; round < 3; ++round)
     for (int i = 0; i < 50; ++i)
-      replies.push_back(ask<claim_result>(sys, n.registries.front(),
-                                          claim_atom::value,
-                                          make_claim("k" + std::to_string(i),
-                                                     1000)));
+      replies.push_back(send_claim(make_claim("k" + std::to_string(i), 1000)));
   sched.run();
-  int granted = 0;
-  for (auto& r : replies) {
-    CAF_REQUIRE(*r && **r);
-    granted += grants((**r)->outcome) ? 1 : 0;
-  }
-  CAF_CHECK_EQUAL(granted, 50);
+  CAF_CHECK_EQUAL(outcomes_of(replies).granted, 50);
   CAF_CHECK_EQUAL(records(), 50u);
 }
 
@@ -128,9 +107,7 @@ CAF_TEST(claims racing a passivation are decided once) {
   };
   std::vector<reply_slot<claim_result>> replies;
   for (int i = 0; i < 5; ++i)
-    replies.push_back(ask<claim_result>(sys, n.registries.front(),
-                                        claim_atom::value,
-                                        make_claim("k1", 1000 + i)));
+    replies.push_back(send_claim(make_claim("k1", 1000 + i)));
   run_all_but_store(); // all five routed; the actor awaits the store
   auto st = registry_without_store(run_all_but_store);
   CAF_REQUIRE_EQUAL(st.spawned, 1u);
@@ -144,9 +121,7 @@ CAF_TEST(claims racing a passivation are decided once) {
   for (auto& r : replies)
     CAF_REQUIRE(!*r); // not one claim was decided before the sweep
   for (int i = 0; i < 5; ++i)
-    replies.push_back(ask<claim_result>(sys, n.registries.front(),
-                                        claim_atom::value,
-                                        make_claim("k1", 2000 + i)));
+    replies.push_back(send_claim(make_claim("k1", 2000 + i)));
   run_all_but_store(); // a successor awaits the store too
   st = registry_without_store(run_all_but_store);
   CAF_REQUIRE_EQUAL(st.spawned, 2u);
@@ -156,25 +131,17 @@ CAF_TEST(claims racing a passivation are decided once) {
   sched.run();
   // Every claim is answered (none lost with the passivated actor), and the
   // key is granted exactly once across both actors.
-  int granted = 0;
-  int duplicates = 0;
-  for (auto& r : replies) {
+  for (auto& r : replies)
     CAF_REQUIRE(*r);
-    CAF_REQUIRE(**r);
-    if (grants((**r)->outcome))
-      ++granted;
-    else if ((**r)->outcome == decision::duplicate)
-      ++duplicates;
-  }
-  CAF_CHECK_EQUAL(granted, 1);
-  CAF_CHECK_EQUAL(duplicates, 9);
+  auto decided = outcomes_of(replies);
+  CAF_CHECK_EQUAL(decided.granted, 1);
+  CAF_CHECK_EQUAL(decided.duplicates, 9);
   CAF_CHECK_EQUAL(records(), 1u);
 }
 
 CAF_TEST(a claim routed before the sweep keeps the actor alive) {
   outcome(make_claim("k1", 1000));
-  auto late = ask<claim_result>(sys, n.registries.front(), claim_atom::value,
-                                make_claim("k1", 1002));
+  auto late = send_claim(make_claim("k1", 1002));
   sched.run_once(); // client: claim -> registry mailbox
   sched.advance_time(opts.registry.key.idle_timeout);
   sched.run(); // the registry routes the claim, then sweeps: not idle

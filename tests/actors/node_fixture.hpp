@@ -5,6 +5,8 @@
 
 #include "caf/test/dsl.hpp"
 
+#include <vector>
+
 #include "actors/node.hpp"
 #include "tests/common/fixture.hpp"
 
@@ -42,13 +44,38 @@ struct node_fixture : test_coordinator_fixture<test_config> {
     sched.run();
   }
 
+  /// Sends a claim through the registry; the reply arrives in the slot
+  /// once the scheduler runs.
+  reply_slot<claim_result> send_claim(const claim_request& req) {
+    return ask<claim_result>(sys, n.registries.front(), claim_atom::value,
+                             req);
+  }
+
   /// Claims through the registry and runs the scheduler until answered.
   caf::expected<claim_result> claim(const claim_request& req) {
-    auto slot = ask<claim_result>(sys, n.registries.front(), claim_atom::value,
-                                  req);
+    auto slot = send_claim(req);
     sched.run();
     CAF_REQUIRE(*slot);
     return std::move(**slot);
+  }
+
+  /// How the claims of `replies`, all answered, were decided.
+  struct outcomes {
+    int granted = 0;
+    int duplicates = 0;
+  };
+
+  static outcomes
+  outcomes_of(const std::vector<reply_slot<claim_result>>& replies) {
+    outcomes result;
+    for (auto& r : replies) {
+      CAF_REQUIRE(*r && **r);
+      if (grants((**r)->outcome))
+        ++result.granted;
+      else if ((**r)->outcome == decision::duplicate)
+        ++result.duplicates;
+    }
+    return result;
   }
 
   decision outcome(const claim_request& req) {
@@ -92,3 +119,8 @@ struct node_fixture : test_coordinator_fixture<test_config> {
 };
 
 } // namespace oncegate::test
+
+// What the node tests name unqualified.
+using oncegate::test::ask;
+using oncegate::test::make_claim;
+using oncegate::test::reply_slot;

@@ -4,8 +4,6 @@
 #include "common/errc.hpp"
 
 using namespace oncegate;
-using oncegate::test::ask;
-using oncegate::test::make_claim;
 
 namespace {
 

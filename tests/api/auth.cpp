@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 using namespace oncegate::gateway;
@@ -29,6 +30,25 @@ std::string to_hex(std::string_view raw) {
 // "<none>" stands for a failed decode so that checks print both sides.
 std::string decoded(std::string_view in) {
   return base64_decode(in).value_or("<none>");
+}
+
+// The test vectors of RFC 4648 (section 10), raw and encoded, and the two
+// characters beyond A-Z, a-z and 0-9.
+constexpr std::pair<std::string_view, std::string_view> base64_vectors[] = {
+  {"", ""},
+  {"f", "Zg=="},
+  {"fo", "Zm8="},
+  {"foo", "Zm9v"},
+  {"foob", "Zm9vYg=="},
+  {"fooba", "Zm9vYmE="},
+  {"foobar", "Zm9vYmFy"},
+  {"\xfb\xff\xbf", "+/+/"},
+};
+
+// Each of `inputs` is refused by the decoder.
+void check_undecodable(std::initializer_list<std::string_view> inputs) {
+  for (auto in : inputs)
+    CAF_CHECK_EQUAL(decoded(in), "<none>");
 }
 
 std::string whsec_hex(std::string_view secret) {
@@ -161,25 +181,13 @@ CAF_TEST(hmac sha256 matches the RFC 4231 known answers) {
 }
 
 CAF_TEST(base64 encodes the RFC 4648 test vectors) {
-  CAF_CHECK_EQUAL(base64_encode(""), "");
-  CAF_CHECK_EQUAL(base64_encode("f"), "Zg==");
-  CAF_CHECK_EQUAL(base64_encode("fo"), "Zm8=");
-  CAF_CHECK_EQUAL(base64_encode("foo"), "Zm9v");
-  CAF_CHECK_EQUAL(base64_encode("foob"), "Zm9vYg==");
-  CAF_CHECK_EQUAL(base64_encode("fooba"), "Zm9vYmE=");
-  CAF_CHECK_EQUAL(base64_encode("foobar"), "Zm9vYmFy");
-  CAF_CHECK_EQUAL(base64_encode("\xfb\xff\xbf"), "+/+/");
+  for (auto [raw, encoded] : base64_vectors)
+    CAF_CHECK_EQUAL(base64_encode(raw), encoded);
 }
 
 CAF_TEST(base64 decodes the RFC 4648 test vectors) {
-  CAF_CHECK_EQUAL(decoded(""), "");
-  CAF_CHECK_EQUAL(decoded("Zg=="), "f");
-  CAF_CHECK_EQUAL(decoded("Zm8="), "fo");
-  CAF_CHECK_EQUAL(decoded("Zm9v"), "foo");
-  CAF_CHECK_EQUAL(decoded("Zm9vYg=="), "foob");
-  CAF_CHECK_EQUAL(decoded("Zm9vYmE="), "fooba");
-  CAF_CHECK_EQUAL(decoded("Zm9vYmFy"), "foobar");
-  CAF_CHECK_EQUAL(decoded("+/+/"), "\xfb\xff\xbf");
+  for (auto [raw, encoded] : base64_vectors)
+    CAF_CHECK_EQUAL(decoded(encoded), raw);
 }
 
 CAF_TEST(base64 round trips every byte value and length) {
@@ -195,35 +203,22 @@ CAF_TEST(base64 round trips every byte value and length) {
 }
 
 CAF_TEST(base64 rejects wrong lengths) {
-  CAF_CHECK_EQUAL(decoded("Z"), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zg"), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zg="), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zm9vY"), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zg==="), "<none>");
+  check_undecodable({"Z", "Zg", "Zg=", "Zm9vY", "Zg==="});
 }
 
 CAF_TEST(base64 rejects invalid characters) {
-  CAF_CHECK_EQUAL(decoded("Zm9!"), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zm9 "), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zm\n9v"), "<none>");
-  CAF_CHECK_EQUAL(decoded("-_-_"), "<none>"); // base64url is not base64
-  CAF_CHECK_EQUAL(decoded("Zm9\0"sv), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zm9\xc3"), "<none>");
+  check_undecodable({"Zm9!", "Zm9 ", "Zm\n9v",
+                     "-_-_", // base64url is not base64
+                     "Zm9\0"sv, "Zm9\xc3"});
 }
 
 CAF_TEST(base64 rejects misplaced padding) {
-  CAF_CHECK_EQUAL(decoded("===="), "<none>");
-  CAF_CHECK_EQUAL(decoded("Z==="), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zg=a"), "<none>");
-  CAF_CHECK_EQUAL(decoded("=Zm9"), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zg==Zm9v"), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zm=v"), "<none>");
+  check_undecodable({"====", "Z===", "Zg=a", "=Zm9", "Zg==Zm9v", "Zm=v"});
 }
 
 CAF_TEST(base64 rejects non-canonical bits under the padding) {
   // "Zh==" and "Zm9=" would decode to "f" and "fo" with stray low bits.
-  CAF_CHECK_EQUAL(decoded("Zh=="), "<none>");
-  CAF_CHECK_EQUAL(decoded("Zm9="), "<none>");
+  check_undecodable({"Zh==", "Zm9="});
 }
 
 // -- whsec ---------------------------------------------------------------------
@@ -234,15 +229,11 @@ CAF_TEST(whsec secrets decode with and without the prefix) {
 }
 
 CAF_TEST(whsec secrets with invalid base64 or an empty key are rejected) {
-  CAF_CHECK_EQUAL(whsec_hex("whsec_"), "<none>");
-  CAF_CHECK_EQUAL(whsec_hex(""), "<none>");
-  CAF_CHECK_EQUAL(whsec_hex("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS"), "<none>");
-  CAF_CHECK_EQUAL(whsec_hex("whsec_MfKQ9r8GKYqrTwjU!D8ILPZIo2LaLaSw"),
-                  "<none>");
-  CAF_CHECK_EQUAL(whsec_hex("WHSEC_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-                  "<none>");
-  CAF_CHECK_EQUAL(whsec_hex("whsec_whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-                  "<none>");
+  for (auto secret : {"whsec_", "", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS",
+                      "whsec_MfKQ9r8GKYqrTwjU!D8ILPZIo2LaLaSw",
+                      "WHSEC_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                      "whsec_whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+    CAF_CHECK_EQUAL(whsec_hex(secret), "<none>");
 }
 
 // -- GitHub --------------------------------------------------------------------

@@ -7,10 +7,14 @@
 #include <string_view>
 
 #include "common/sha256.hpp"
+#include "tests/api/expect.hpp"
+#include "tests/common/checks.hpp"
 
 using namespace oncegate::gateway;
 using oncegate::sha256;
 using oncegate::to_hex;
+using oncegate::test::check_rows;
+using oncegate::test::expect;
 
 namespace {
 
@@ -26,6 +30,12 @@ std::string header_key(std::string_view raw) {
   return "<" + std::get<rejection>(result).type + ">";
 }
 
+// Checks that each header value is refused as a key.
+void check_invalid_keys(std::initializer_list<std::string_view> headers) {
+  for (auto header : headers)
+    CAF_CHECK_EQUAL(header_key(header), "<invalid-key>");
+}
+
 field str(std::string text) {
   return field{field::kind::string, std::move(text)};
 }
@@ -39,15 +49,18 @@ int64_t ts(const field& f) {
   return parse_timestamp_ms(f).value_or(-1);
 }
 
-int64_t ts(std::string text) {
-  return ts(str(std::move(text)));
+// The timestamp in a number member written `text`.
+int64_t number_ts(std::string_view text) {
+  return ts(num(std::string{text}));
+}
+
+// The timestamp in a string member holding `text`.
+int64_t string_ts(std::string_view text) {
+  return ts(str(std::string{text}));
 }
 
 payload body_of(std::string_view json) {
-  auto result = parse_payload(json);
-  if (auto p = std::get_if<payload>(&result))
-    return std::move(*p);
-  CAF_FAIL("test body rejected: " << std::get<rejection>(result).detail);
+  return expect<payload>(parse_payload(json), "test body rejected");
 }
 
 std::string derived(std::string_view json) {
@@ -58,10 +71,7 @@ std::string derived(std::string_view json) {
 }
 
 rejection derive_failure(std::string_view json) {
-  auto result = derive_key(body_of(json));
-  if (auto r = std::get_if<rejection>(&result))
-    return *r;
-  CAF_FAIL("key derived: " << std::get<std::string>(result));
+  return expect<rejection>(derive_key(body_of(json)), "key derived");
 }
 
 // The inputs of a request on a route with `auth`; the raw body is `json`.
@@ -77,28 +87,20 @@ key_inputs on_route(auth_mode auth, std::optional<std::string_view> header,
   return in;
 }
 
-idempotency_key selected(const key_inputs& in) {
-  auto result = select_key(in, body_of(in.raw_body));
-  if (auto key = std::get_if<idempotency_key>(&result))
-    return *key;
-  CAF_FAIL("no key selected: " << std::get<rejection>(result).detail);
+// The inputs of a request on a route without auth.
+key_inputs no_auth(std::optional<std::string_view> header,
+                   std::string_view json) {
+  return on_route(auth_mode::none, header, json);
 }
 
-idempotency_key selected(std::optional<std::string_view> header,
-                         std::string_view json) {
-  return selected(on_route(auth_mode::none, header, json));
+idempotency_key selected(const key_inputs& in) {
+  return expect<idempotency_key>(select_key(in, body_of(in.raw_body)),
+                                 "no key selected");
 }
 
 rejection select_failure(const key_inputs& in) {
-  auto result = select_key(in, body_of(in.raw_body));
-  if (auto r = std::get_if<rejection>(&result))
-    return *r;
-  CAF_FAIL("key selected: " << std::get<idempotency_key>(result).value);
-}
-
-rejection select_failure(std::optional<std::string_view> header,
-                         std::string_view json) {
-  return select_failure(on_route(auth_mode::none, header, json));
+  return expect<rejection>(select_key(in, body_of(in.raw_body)),
+                           "key selected");
 }
 
 std::string hashed(std::string_view key) {
@@ -126,26 +128,25 @@ CAF_TEST(key sources have their contract names) {
 // -- Idempotency-Key header ---------------------------------------------------
 
 CAF_TEST(a header key may be a structured field string with escapes) {
-  CAF_CHECK_EQUAL(header_key(R"("abc")"), "abc");
-  CAF_CHECK_EQUAL(header_key(R"("a \"quoted\" \\ key")"),
-                  R"(a "quoted" \ key)");
-  CAF_CHECK_EQUAL(header_key(R"(  "abc"  )"), "abc");
-  CAF_CHECK_EQUAL(header_key(R"("a\b")"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key(R"("abc)"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key(R"("abc\")"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key(R"("abc"x)"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key(R"("abc";p=1)"), "<invalid-key>");
+  check_rows(header_key, {{R"("abc")", "abc"},
+                          {R"("a \"quoted\" \\ key")", R"(a "quoted" \ key)"},
+                          {R"(  "abc"  )", "abc"},
+                          {R"("a\b")", "<invalid-key>"},
+                          {R"("abc)", "<invalid-key>"},
+                          {R"("abc\")", "<invalid-key>"},
+                          {R"("abc"x)", "<invalid-key>"},
+                          {R"("abc";p=1)", "<invalid-key>"}});
 }
 
 CAF_TEST(a header key may be a bare token) {
-  CAF_CHECK_EQUAL(header_key("abc"), "abc");
-  CAF_CHECK_EQUAL(header_key(" \tabc\t "), "abc");
-  CAF_CHECK_EQUAL(header_key("550e8400-e29b-41d4-a716-446655440000"),
-                  "550e8400-e29b-41d4-a716-446655440000");
-  CAF_CHECK_EQUAL(header_key("a+b/c=:*"), "a+b/c=:*");
-  CAF_CHECK_EQUAL(header_key("abc def"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key("abc,def"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key("a\"bc"), "<invalid-key>");
+  check_rows(header_key, {{"abc", "abc"},
+                          {" \tabc\t ", "abc"},
+                          {"550e8400-e29b-41d4-a716-446655440000",
+                           "550e8400-e29b-41d4-a716-446655440000"},
+                          {"a+b/c=:*", "a+b/c=:*"},
+                          {"abc def", "<invalid-key>"},
+                          {"abc,def", "<invalid-key>"},
+                          {"a\"bc", "<invalid-key>"}});
 }
 
 CAF_TEST(a header key holds at most 255 characters) {
@@ -166,110 +167,101 @@ CAF_TEST(a header key holds at most 255 characters) {
 }
 
 CAF_TEST(an empty header key is rejected) {
-  CAF_CHECK_EQUAL(header_key(""), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key("   "), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key(R"("")"), "<invalid-key>");
+  check_invalid_keys({"", "   ", R"("")"});
 }
 
 CAF_TEST(control characters in a header key are rejected) {
-  CAF_CHECK_EQUAL(header_key("ab\x01" "c"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key("\"ab\x01" "c\""), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key("abc\x7f"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key("abc\r\n"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key("\"a\tb\""), "<invalid-key>");
+  check_invalid_keys({"ab\x01" "c", "\"ab\x01" "c\"", "abc\x7f", "abc\r\n",
+                      "\"a\tb\""});
 }
 
 CAF_TEST(non ASCII header keys are rejected) {
-  CAF_CHECK_EQUAL(header_key("caf\xc3\xa9"), "<invalid-key>");
-  CAF_CHECK_EQUAL(header_key("\"caf\xc3\xa9\""), "<invalid-key>");
+  check_invalid_keys({"caf\xc3\xa9", "\"caf\xc3\xa9\""});
 }
 
 // -- timestamps ---------------------------------------------------------------
 
 CAF_TEST(epoch seconds and milliseconds are told apart by magnitude) {
-  CAF_CHECK_EQUAL(ts(num("1700000000")), 1700000000000);
-  CAF_CHECK_EQUAL(ts(num("1700000000000")), 1700000000000);
-  CAF_CHECK_EQUAL(ts(num("0")), 0);
-  CAF_CHECK_EQUAL(ts(num("99999999999")), 99999999999000);
-  CAF_CHECK_EQUAL(ts(num("100000000000")), 100000000000);
-  CAF_CHECK_EQUAL(ts(num("1.7e9")), 1700000000000);
-  CAF_CHECK_EQUAL(ts(num("1.7e12")), 1700000000000);
+  check_rows<int64_t>(number_ts, {{"1700000000", 1700000000000},
+                                  {"1700000000000", 1700000000000},
+                                  {"0", 0},
+                                  {"99999999999", 99999999999000},
+                                  {"100000000000", 100000000000},
+                                  {"1.7e9", 1700000000000},
+                                  {"1.7e12", 1700000000000}});
 }
 
 CAF_TEST(fractional epoch seconds round to the nearest millisecond) {
-  CAF_CHECK_EQUAL(ts(num("1700000000.5")), 1700000000500);
-  CAF_CHECK_EQUAL(ts(num("1700000000.123")), 1700000000123);
-  CAF_CHECK_EQUAL(ts(num("1700000000.1234")), 1700000000123);
-  CAF_CHECK_EQUAL(ts(num("1700000000.1235")), 1700000000124);
-  CAF_CHECK_EQUAL(ts(num("1700000000.9996")), 1700000001000);
-  CAF_CHECK_EQUAL(ts(num("1700000000000.6")), 1700000000001);
+  check_rows<int64_t>(number_ts, {{"1700000000.5", 1700000000500},
+                                  {"1700000000.123", 1700000000123},
+                                  {"1700000000.1234", 1700000000123},
+                                  {"1700000000.1235", 1700000000124},
+                                  {"1700000000.9996", 1700000001000},
+                                  {"1700000000000.6", 1700000000001}});
 }
 
 CAF_TEST(numeric strings are epoch timestamps) {
-  CAF_CHECK_EQUAL(ts("1700000000"), 1700000000000);
-  CAF_CHECK_EQUAL(ts(" 1700000000000 "), 1700000000000);
-  CAF_CHECK_EQUAL(ts("1700000000.25"), 1700000000250);
+  check_rows<int64_t>(string_ts, {{"1700000000", 1700000000000},
+                                  {" 1700000000000 ", 1700000000000},
+                                  {"1700000000.25", 1700000000250}});
 }
 
 CAF_TEST(negative or unparseable epoch values are refused) {
-  CAF_CHECK_EQUAL(ts(num("-1")), -1);
-  CAF_CHECK_EQUAL(ts(num("-0.5")), -1);
-  CAF_CHECK_EQUAL(ts("-1700000000"), -1);
-  CAF_CHECK_EQUAL(ts("1700000000x"), -1);
-  CAF_CHECK_EQUAL(ts("17e"), -1);
-  CAF_CHECK_EQUAL(ts("1."), -1);
-  CAF_CHECK_EQUAL(ts(""), -1);
-  CAF_CHECK_EQUAL(ts(num("1e300")), -1);
-  CAF_CHECK_EQUAL(ts(field{field::kind::boolean, "true"}), -1);
-  CAF_CHECK_EQUAL(ts(field{field::kind::null, ""}), -1);
+  for (const auto& f :
+       {num("-1"), num("-0.5"), str("-1700000000"), str("1700000000x"),
+        str("17e"), str("1."), str(""), num("1e300"),
+        field{field::kind::boolean, "true"}, field{field::kind::null, ""}})
+    CAF_CHECK_EQUAL(ts(f), -1);
 }
 
 CAF_TEST(ISO 8601 timestamps need an offset) {
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20Z"), 1700000000000);
-  CAF_CHECK_EQUAL(ts("2023-11-14t22:13:20z"), 1700000000000);
-  CAF_CHECK_EQUAL(ts("2023-11-14 22:13:20Z"), 1700000000000);
-  CAF_CHECK_EQUAL(ts("2023-11-15T00:13:20+02:00"), 1700000000000);
-  CAF_CHECK_EQUAL(ts("2023-11-15T00:13:20+0200"), 1700000000000);
-  CAF_CHECK_EQUAL(ts("2023-11-14T16:43:20-05:30"), 1700000000000);
-  CAF_CHECK_EQUAL(ts("2023-11-14T16:43:20-0530"), 1700000000000);
-  CAF_CHECK_EQUAL(ts("1970-01-01T00:00:00Z"), 0);
-  CAF_CHECK_EQUAL(ts("1969-12-31T23:00:00-01:00"), 0);
-  CAF_CHECK_EQUAL(ts("2100-03-01T00:00:00Z"), 4107542400000);
-  CAF_CHECK_EQUAL(ts("9999-12-31T23:59:59Z"), 253402300799000);
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20"), -1);
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20+02"), -1);
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20+2:00"), -1);
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20Zx"), -1);
-  CAF_CHECK_EQUAL(ts("2023-11-14"), -1);
-  CAF_CHECK_EQUAL(ts("1969-12-31T23:59:59Z"), -1);
+  check_rows<int64_t>(string_ts, {{"2023-11-14T22:13:20Z", 1700000000000},
+                                  {"2023-11-14t22:13:20z", 1700000000000},
+                                  {"2023-11-14 22:13:20Z", 1700000000000},
+                                  {"2023-11-15T00:13:20+02:00", 1700000000000},
+                                  {"2023-11-15T00:13:20+0200", 1700000000000},
+                                  {"2023-11-14T16:43:20-05:30", 1700000000000},
+                                  {"2023-11-14T16:43:20-0530", 1700000000000},
+                                  {"1970-01-01T00:00:00Z", 0},
+                                  {"1969-12-31T23:00:00-01:00", 0},
+                                  {"2100-03-01T00:00:00Z", 4107542400000},
+                                  {"9999-12-31T23:59:59Z", 253402300799000},
+                                  {"2023-11-14T22:13:20", -1},
+                                  {"2023-11-14T22:13:20+02", -1},
+                                  {"2023-11-14T22:13:20+2:00", -1},
+                                  {"2023-11-14T22:13:20Zx", -1},
+                                  {"2023-11-14", -1},
+                                  {"1969-12-31T23:59:59Z", -1}});
 }
 
 CAF_TEST(ISO 8601 fractional seconds round to the nearest millisecond) {
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20.5Z"), 1700000000500);
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20.123Z"), 1700000000123);
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20.123456+00:00"), 1700000000123);
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20.1235Z"), 1700000000124);
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20.9999Z"), 1700000001000);
-  CAF_CHECK_EQUAL(ts("2023-11-14T22:13:20.Z"), -1);
+  check_rows<int64_t>(string_ts,
+                      {{"2023-11-14T22:13:20.5Z", 1700000000500},
+                       {"2023-11-14T22:13:20.123Z", 1700000000123},
+                       {"2023-11-14T22:13:20.123456+00:00", 1700000000123},
+                       {"2023-11-14T22:13:20.1235Z", 1700000000124},
+                       {"2023-11-14T22:13:20.9999Z", 1700000001000},
+                       {"2023-11-14T22:13:20.Z", -1}});
 }
 
 CAF_TEST(ISO 8601 dates and times are range checked) {
-  CAF_CHECK_EQUAL(ts("2024-02-29T12:00:00Z"), 1709208000000);
-  CAF_CHECK_EQUAL(ts("2000-02-29T00:00:00Z"), 951782400000);
-  CAF_CHECK_EQUAL(ts("2023-02-29T00:00:00Z"), -1);
-  CAF_CHECK_EQUAL(ts("1900-02-29T00:00:00Z"), -1);
-  CAF_CHECK_EQUAL(ts("2024-02-30T00:00:00Z"), -1);
-  CAF_CHECK_EQUAL(ts("2024-04-31T00:00:00Z"), -1);
-  CAF_CHECK_EQUAL(ts("2024-13-01T00:00:00Z"), -1);
-  CAF_CHECK_EQUAL(ts("2024-00-01T00:00:00Z"), -1);
-  CAF_CHECK_EQUAL(ts("2024-01-00T00:00:00Z"), -1);
-  CAF_CHECK_EQUAL(ts("2024-01-01T24:00:00Z"), -1);
-  CAF_CHECK_EQUAL(ts("2024-01-01T00:60:00Z"), -1);
-  CAF_CHECK_EQUAL(ts("2024-01-01T00:00:60Z"), -1);
-  CAF_CHECK_EQUAL(ts("2024-01-01T00:00:00+24:00"), -1);
-  CAF_CHECK_EQUAL(ts("2024-01-01T00:00:00+23:60"), -1);
-  CAF_CHECK_EQUAL(ts("2024-01-01T00:00:00+23:59"), 1703980860000);
-  CAF_CHECK_EQUAL(ts("2024-01-01T00:00:00-23:59"), 1704153540000);
+  check_rows<int64_t>(string_ts,
+                      {{"2024-02-29T12:00:00Z", 1709208000000},
+                       {"2000-02-29T00:00:00Z", 951782400000},
+                       {"2023-02-29T00:00:00Z", -1},
+                       {"1900-02-29T00:00:00Z", -1},
+                       {"2024-02-30T00:00:00Z", -1},
+                       {"2024-04-31T00:00:00Z", -1},
+                       {"2024-13-01T00:00:00Z", -1},
+                       {"2024-00-01T00:00:00Z", -1},
+                       {"2024-01-00T00:00:00Z", -1},
+                       {"2024-01-01T24:00:00Z", -1},
+                       {"2024-01-01T00:60:00Z", -1},
+                       {"2024-01-01T00:00:60Z", -1},
+                       {"2024-01-01T00:00:00+24:00", -1},
+                       {"2024-01-01T00:00:00+23:60", -1},
+                       {"2024-01-01T00:00:00+23:59", 1703980860000},
+                       {"2024-01-01T00:00:00-23:59", 1704153540000}});
 }
 
 // -- derived keys -------------------------------------------------------------
@@ -355,63 +347,67 @@ CAF_TEST(empty non string or unparseable fields count as missing) {
 // -- key selection ------------------------------------------------------------
 
 CAF_TEST(the header beats every body member) {
-  auto key = selected(std::string_view{"\"from-header\""},
-                      R"({"idempotency_key":"k","trace_id":"t","id":"i",)"
-                      R"("exchange":"B","symbol":"S","action":"buy",)"
-                      R"("timestamp":1})");
+  auto key = selected(no_auth(std::string_view{"\"from-header\""},
+                              R"({"idempotency_key":"k","trace_id":"t",)"
+                              R"("id":"i","exchange":"B","symbol":"S",)"
+                              R"("action":"buy","timestamp":1})"));
   CAF_CHECK_EQUAL(key.value, "from-header");
   CAF_CHECK(key.source == key_source::header);
 }
 
 CAF_TEST(a malformed header is rejected and never falls back) {
-  auto r = select_failure(std::string_view{"bad key"},
-                          R"({"idempotency_key":"k"})");
+  auto r = select_failure(no_auth(std::string_view{"bad key"},
+                                  R"({"idempotency_key":"k"})"));
   CAF_CHECK_EQUAL(r.status, 400);
   CAF_CHECK_EQUAL(r.type, "invalid-key");
-  CAF_CHECK_EQUAL(select_failure(std::string_view{""}, trade).type,
+  CAF_CHECK_EQUAL(select_failure(no_auth(std::string_view{""}, trade)).type,
                   "invalid-key");
 }
 
 CAF_TEST(body members are tried in priority order) {
-  auto key = selected(std::nullopt,
-                      R"({"id":"i","trace_id":"t","idempotency_key":"k"})");
+  auto key = selected(no_auth(std::nullopt, R"({"id":"i","trace_id":"t",)"
+                                            R"("idempotency_key":"k"})"));
   CAF_CHECK_EQUAL(key.value, "k");
   CAF_CHECK(key.source == key_source::body);
-  CAF_CHECK_EQUAL(selected(std::nullopt, R"({"id":"i","trace_id":"t"})").value,
-                  "t");
-  CAF_CHECK_EQUAL(selected(std::nullopt, R"({"id":"i"})").value, "i");
+  CAF_CHECK_EQUAL(
+    selected(no_auth(std::nullopt, R"({"id":"i","trace_id":"t"})")).value, "t");
+  CAF_CHECK_EQUAL(selected(no_auth(std::nullopt, R"({"id":"i"})")).value, "i");
 }
 
 CAF_TEST(non string body members are skipped) {
-  auto key = selected(std::nullopt, R"({"idempotency_key":7,"id":"i"})");
+  auto key
+    = selected(no_auth(std::nullopt, R"({"idempotency_key":7,"id":"i"})"));
   CAF_CHECK_EQUAL(key.value, "i");
   CAF_CHECK(key.source == key_source::body);
   std::string body = R"({"id":42,"trace_id":null,"idempotency_key":{"a":1},)";
   body += trade.substr(1);
-  key = selected(std::nullopt, body);
+  key = selected(no_auth(std::nullopt, body));
   CAF_CHECK_EQUAL(key.value, binance_buy_key);
   CAF_CHECK(key.source == key_source::derived);
 }
 
 CAF_TEST(body member keys must hold 1 to 255 bytes) {
-  auto r = select_failure(std::nullopt, R"({"idempotency_key":"","id":"i"})");
+  auto r = select_failure(
+    no_auth(std::nullopt, R"({"idempotency_key":"","id":"i"})"));
   CAF_CHECK_EQUAL(r.status, 400);
   CAF_CHECK_EQUAL(r.type, "invalid-key");
   std::string long_key(256, 'k');
-  CAF_CHECK_EQUAL(
-    select_failure(std::nullopt, R"({"trace_id":")" + long_key + R"("})").type,
-    "invalid-key");
+  CAF_CHECK_EQUAL(select_failure(no_auth(std::nullopt, R"({"trace_id":")"
+                                                         + long_key + R"("})"))
+                    .type,
+                  "invalid-key");
   long_key.pop_back();
-  CAF_CHECK_EQUAL(
-    selected(std::nullopt, R"({"trace_id":")" + long_key + R"("})").value,
-    long_key);
+  CAF_CHECK_EQUAL(selected(no_auth(std::nullopt, R"({"trace_id":")"
+                                                   + long_key + R"("})"))
+                    .value,
+                  long_key);
 }
 
 CAF_TEST(the key is derived when nothing else is present) {
-  auto key = selected(std::nullopt, trade);
+  auto key = selected(no_auth(std::nullopt, trade));
   CAF_CHECK_EQUAL(key.value, binance_buy_key);
   CAF_CHECK(key.source == key_source::derived);
-  auto r = select_failure(std::nullopt, R"({"symbol":"S"})");
+  auto r = select_failure(no_auth(std::nullopt, R"({"symbol":"S"})"));
   CAF_CHECK_EQUAL(r.status, 422);
   CAF_CHECK_EQUAL(r.type, "missing-fields");
   CAF_CHECK_EQUAL(r.detail, "missing or invalid: exchange, action, timestamp");

@@ -41,7 +41,27 @@ struct fixture {
     error.clear();
     return make_routes(&routes, defaults, env(), error);
   }
+
+  /// Builds the table, which must succeed without an error.
+  route_table built() {
+    auto table = build();
+    CAF_REQUIRE_EQUAL(error, "");
+    CAF_REQUIRE(table);
+    return std::move(*table);
+  }
+
+  /// Builds the table, which must fail, and clears the routes for the next
+  /// attempt; returns the error.
+  std::string failure() {
+    CAF_CHECK(!build());
+    routes.clear();
+    return error;
+  }
 };
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
 
 } // namespace
 
@@ -71,12 +91,10 @@ CAF_TEST(a named route gets its own path and options) {
                                         caf::config_value{std::string{
                                           "127.0.0.1"}}};
   env_vars["TV_TOKEN"] = "s3cret";
-  auto table = build();
-  CAF_REQUIRE_EQUAL(error, "");
-  CAF_REQUIRE(table);
-  auto r = table->by_path("/v1/webhook/tv");
+  auto table = built();
+  auto r = table.by_path("/v1/webhook/tv");
   CAF_REQUIRE(r != nullptr);
-  CAF_CHECK(r == table->by_name("tv"));
+  CAF_CHECK(r == table.by_name("tv"));
   CAF_CHECK(r->auth == auth_mode::token);
   CAF_REQUIRE_EQUAL(r->secrets.size(), 1u);
   CAF_CHECK_EQUAL(r->secrets.front(), "s3cret");
@@ -84,8 +102,8 @@ CAF_TEST(a named route gets its own path and options) {
   CAF_CHECK(r->on_duplicate == duplicate_policy::replay);
   CAF_CHECK_EQUAL(r->body_limit, 1024u);
   CAF_CHECK_EQUAL(r->allow.size(), 2u);
-  CAF_CHECK(table->by_path("/v1/webhook/other") == nullptr);
-  CAF_CHECK_EQUAL(table->index_of(*r), 1u);
+  CAF_CHECK(table.by_path("/v1/webhook/other") == nullptr);
+  CAF_CHECK_EQUAL(table.index_of(*r), 1u);
 }
 
 CAF_TEST(the default route can be configured too) {
@@ -111,10 +129,8 @@ CAF_TEST(secrets come from values lists files and the environment) {
   gh["secret-file"] = dir.file("gh.secret");
   gh["secret-env"] = std::string{"GH"};
   env_vars["GH"] = "from-env";
-  auto table = build();
-  CAF_REQUIRE_EQUAL(error, "");
-  CAF_REQUIRE(table);
-  auto r = table->by_name("gh");
+  auto table = built();
+  auto r = table.by_name("gh");
   CAF_REQUIRE(r != nullptr);
   CAF_CHECK_EQUAL(r->secrets.size(), 4u);
   CAF_CHECK(std::find(r->secrets.begin(), r->secrets.end(), "from-file")
@@ -141,42 +157,26 @@ CAF_TEST(standard webhooks secrets are decoded to keys) {
 
 CAF_TEST(bad entries are errors naming the key) {
   route("tv")["auth"] = std::string{"tokn"};
-  CAF_CHECK(!build());
-  CAF_CHECK(error.rfind("route.tv.auth:", 0) == 0);
-  routes.clear();
+  CAF_CHECK(starts_with(failure(), "route.tv.auth:"));
   route("tv")["auth"] = std::string{"token"};
-  CAF_CHECK(!build());
-  CAF_CHECK(error.rfind("route.tv.secret:", 0) == 0);
-  routes.clear();
+  CAF_CHECK(starts_with(failure(), "route.tv.secret:"));
   route("tv")["colour"] = std::string{"blue"};
-  CAF_CHECK(!build());
-  CAF_CHECK_EQUAL(error, "route.tv.colour: unknown option");
-  routes.clear();
+  CAF_CHECK_EQUAL(failure(), "route.tv.colour: unknown option");
   route("tv")["secret-env"] = std::string{"UNSET_VAR"};
   route("tv")["auth"] = std::string{"token"};
-  CAF_CHECK(!build());
-  CAF_CHECK_EQUAL(error, "route.tv.secret-env: environment variable "
-                         "UNSET_VAR is not set");
-  routes.clear();
+  CAF_CHECK_EQUAL(failure(), "route.tv.secret-env: environment variable "
+                             "UNSET_VAR is not set");
   route("tv")["body-limit"] = int64_t{1 << 30};
-  CAF_CHECK(!build());
-  CAF_CHECK(error.rfind("route.tv.body-limit:", 0) == 0);
-  routes.clear();
+  CAF_CHECK(starts_with(failure(), "route.tv.body-limit:"));
   route("tv")["allow"] = caf::config_value::list{
     caf::config_value{std::string{"10.0.0.0/33"}}};
-  CAF_CHECK(!build());
-  CAF_CHECK(error.rfind("route.tv.allow:", 0) == 0);
-  routes.clear();
+  CAF_CHECK(starts_with(failure(), "route.tv.allow:"));
   route("Bad Name")["auth"] = std::string{"none"};
-  CAF_CHECK(!build());
-  routes.clear();
+  failure();
   route("tv")["on-duplicate"] = std::string{"ignore"};
-  CAF_CHECK(!build());
-  CAF_CHECK(error.rfind("route.tv.on-duplicate:", 0) == 0);
-  routes.clear();
+  CAF_CHECK(starts_with(failure(), "route.tv.on-duplicate:"));
   route("tv")["secret"] = std::string{"x"};
-  CAF_CHECK(!build());
-  CAF_CHECK_EQUAL(error, "route.tv.secret: set, but auth is none");
+  CAF_CHECK_EQUAL(failure(), "route.tv.secret: set, but auth is none");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

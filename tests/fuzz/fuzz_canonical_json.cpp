@@ -62,7 +62,7 @@ void check_number(std::string_view literal) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string_view input{reinterpret_cast<const char*>(data), size};
+  auto input = oncegate::fuzz::as_text(data, size);
   oncegate::fuzz::parse_and_check(input);
 
   check_number(number_run(input, 0));

@@ -223,10 +223,7 @@ void check_cidr(std::string_view input) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string_view input{reinterpret_cast<const char*>(data), size};
-  check_key_header(input);
-  check_timestamps(input);
-  check_url(input);
-  check_cidr(input);
+  oncegate::fuzz::check_text(data, size, check_key_header, check_timestamps,
+                             check_url, check_cidr);
   return 0;
 }

@@ -90,10 +90,8 @@ void check_github(std::string_view input) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string_view input{reinterpret_cast<const char*>(data), size};
-  check_signature_header(input);
-  check_base64(input);
-  check_github(input);
+  oncegate::fuzz::check_text(data, size, check_signature_header, check_base64,
+                             check_github);
 
   oncegate::fuzz::reader in{data, size};
   auto flags = in.byte();

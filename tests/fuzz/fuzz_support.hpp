@@ -72,6 +72,18 @@ private:
   std::size_t pos_ = 0;
 };
 
+/// The fuzz input as text.
+inline std::string_view as_text(const uint8_t* data, std::size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+/// Hands the whole input, as text, to each of `checks` in turn.
+template <class... Checks>
+void check_text(const uint8_t* data, std::size_t size, Checks... checks) {
+  auto input = as_text(data, size);
+  (checks(input), ...);
+}
+
 /// Strict UTF-8: no overlong forms, no encoded surrogates, nothing above
 /// U+10FFFF. Written independently of the product's own validator.
 inline bool is_valid_utf8(std::string_view s) {

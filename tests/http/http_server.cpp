@@ -3,13 +3,10 @@
 
 #include "http/http_server.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -20,7 +17,10 @@
 #include <string_view>
 #include <thread>
 
+#include "tests/http/sockets.hpp"
+
 using namespace oncegate::gateway;
+using oncegate::test::lower;
 
 namespace {
 
@@ -70,21 +70,12 @@ struct parsed_response {
   }
 };
 
-std::string lower(std::string x) {
-  for (auto& c : x)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return x;
-}
-
 /// One raw TCP connection to 127.0.0.1 with bounded reads.
 class raw_client {
 public:
   explicit raw_client(uint16_t port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
+    auto addr = oncegate::test::loopback(port);
     if (fd_ < 0
         || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
              != 0)
@@ -99,14 +90,7 @@ public:
   raw_client& operator=(const raw_client&) = delete;
 
   void send(std::string_view bytes) {
-    size_t off = 0;
-    while (off < bytes.size()) {
-      auto n = ::send(fd_, bytes.data() + off, bytes.size() - off,
-                      MSG_NOSIGNAL);
-      if (n <= 0)
-        return;
-      off += static_cast<size_t>(n);
-    }
+    oncegate::test::send_all(fd_, bytes);
   }
 
   /// The next response; `head` when it answers a HEAD request (no body
@@ -194,18 +178,12 @@ private:
   std::string buf_;
 };
 
-std::string get(std::string_view path, std::string_view method = "GET",
-                std::string_view version = "HTTP/1.1",
-                std::string_view extra = "") {
-  std::string res{method};
-  res += ' ';
-  res += path;
-  res += ' ';
-  res += version;
-  res += "\r\nHost: 127.0.0.1\r\n";
-  res += extra;
-  res += "\r\n";
-  return res;
+/// A request without a body; `extra` holds more header lines.
+std::string get(const std::string& path, const std::string& method = "GET",
+                const std::string& version = "HTTP/1.1",
+                const std::string& extra = "") {
+  return method + ' ' + path + ' ' + version + "\r\nHost: 127.0.0.1\r\n"
+         + extra + "\r\n";
 }
 
 /// A server on a free loopback port, run by one thread.
@@ -237,11 +215,16 @@ struct fixture {
     CAF_CHECK_EQUAL(res->body, "hello GET");
   }
 
-  void check_internal_error(const parsed_response& res) {
-    CAF_CHECK_EQUAL(res.status, 500);
-    CAF_CHECK_EQUAL(res.get("content-type"), "application/problem+json");
+  /// Sends GET `path` on `c`: the answer is a 500 problem.
+  void check_internal_error(raw_client& c, const std::string& path) {
+    c.send(get(path));
+    auto res = c.read();
+    CAF_REQUIRE(res);
+    CAF_CHECK_EQUAL(res->status, 500);
+    CAF_CHECK_EQUAL(res->get("content-type"), "application/problem+json");
     CAF_CHECK_NOT_EQUAL(
-      res.body.find("\"type\":\"https://oncegate.dev/problems/internal-error\""),
+      res->body.find(
+        "\"type\":\"https://oncegate.dev/problems/internal-error\""),
       std::string::npos);
   }
 
@@ -263,10 +246,7 @@ CAF_TEST(a handler that throws gets a 500 problem and the server keeps serving) 
   auto before = transport_counters().internal_errors;
   {
     raw_client c{server->port()};
-    c.send(get("/throw"));
-    auto res = c.read();
-    CAF_REQUIRE(res);
-    check_internal_error(*res);
+    check_internal_error(c, "/throw");
   }
   CAF_CHECK_EQUAL(transport_counters().internal_errors, before + 1);
   check_serving();
@@ -276,10 +256,7 @@ CAF_TEST(a handler that throws after answering gets one 500 and nothing else) {
   auto before = transport_counters().internal_errors;
   {
     raw_client c{server->port()};
-    c.send(get("/answer-then-throw"));
-    auto res = c.read();
-    CAF_REQUIRE(res);
-    check_internal_error(*res);
+    check_internal_error(c, "/answer-then-throw");
     // The answer posted before the exception is dropped, not written after.
     CAF_CHECK(c.closed_by_peer());
     CAF_CHECK_EQUAL(c.pending(), "");
@@ -293,10 +270,7 @@ CAF_TEST(an answer beast cannot send gets a 500 problem and the server keeps ser
   for (auto path : {"/bad-status", "/interim", "/huge-header"}) {
     CAF_MESSAGE("path " << path);
     raw_client c{server->port()};
-    c.send(get(path));
-    auto res = c.read();
-    CAF_REQUIRE(res);
-    check_internal_error(*res);
+    check_internal_error(c, path);
     check_serving();
   }
   CAF_CHECK_EQUAL(transport_counters().internal_errors, before + 3);

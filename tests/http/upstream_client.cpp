@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -21,7 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/http/sockets.hpp"
+
 using namespace oncegate::gateway;
+using oncegate::test::send_all;
 
 CAF_TEST(upstream urls name host port and path) {
   auto t = parse_upstream_url("http://127.0.0.1:9000/orders?x=1");
@@ -66,10 +68,7 @@ public:
   explicit scripted_upstream(std::vector<scripted_reply> replies)
     : replies_(std::move(replies)) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
+    auto addr = oncegate::test::loopback(0);
     if (listener_ < 0
         || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
              != 0
@@ -193,22 +192,8 @@ private:
     }
   }
 
-  static void send_all(int fd, const std::string& bytes) {
-    size_t off = 0;
-    while (off < bytes.size()) {
-      auto n = ::send(fd, bytes.data() + off, bytes.size() - off,
-                      MSG_NOSIGNAL);
-      if (n <= 0)
-        return;
-      off += static_cast<size_t>(n);
-    }
-  }
-
   static std::string header(const std::string& head, const std::string& name) {
-    std::string lower;
-    for (auto c : head)
-      lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    auto pos = lower.find("\r\n" + name + ":");
+    auto pos = oncegate::test::lower(head).find("\r\n" + name + ":");
     if (pos == std::string::npos)
       return {};
     pos += name.size() + 3;

@@ -10,6 +10,7 @@
 #include "common/errc.hpp"
 #include "persistence/sqlite_store.hpp"
 #include "tests/common/fixture.hpp"
+#include "tests/common/sqlite_query.hpp"
 
 using namespace oncegate;
 using namespace oncegate::persistence;
@@ -407,17 +408,7 @@ CAF_TEST(a full disk fails the transaction and keeps committed data) {
   // Cap the file at its current size: the next big insert cannot fit. A
   // page cap fails the INSERT that needs a new page (SQLITE_FULL), before
   // COMMIT; what a failing COMMIT does is the next test's.
-  auto pages = 0;
-  {
-    sqlite3* raw = nullptr;
-    sqlite3_open(opts.path.c_str(), &raw);
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(raw, "PRAGMA page_count", -1, &st, nullptr);
-    if (sqlite3_step(st) == SQLITE_ROW)
-      pages = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(raw);
-  }
+  auto pages = test::query_int(opts.path, "PRAGMA page_count");
   CAF_REQUIRE(pages > 0);
   CAF_REQUIRE(!db->limit_pages(static_cast<uint64_t>(pages)));
   CAF_REQUIRE(!db->begin());

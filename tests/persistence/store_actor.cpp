@@ -12,6 +12,7 @@
 #include "persistence/sqlite_store.hpp"
 #include "persistence/store_actor.hpp"
 #include "tests/common/fixture.hpp"
+#include "tests/common/sqlite_query.hpp"
 
 using namespace oncegate;
 using namespace oncegate::persistence;
@@ -119,18 +120,8 @@ struct fixture : test_coordinator_fixture<test::test_config> {
 
   /// Records committed, as a second connection to the file sees them.
   int committed_rows() {
-    sqlite3* raw = nullptr;
-    sqlite3_open(dir.file("store.db").c_str(), &raw);
-    sqlite3_stmt* st = nullptr;
-    int n = -1;
-    if (sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM records", -1, &st,
-                           nullptr)
-          == SQLITE_OK
-        && sqlite3_step(st) == SQLITE_ROW)
-      n = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(raw);
-    return n;
+    return test::query_int(dir.file("store.db"),
+                           "SELECT COUNT(*) FROM records");
   }
 
   /// Whether `hdl` has a message to handle: it is in the job queue.

@@ -3,6 +3,8 @@
 
 #include "tests/powerloss/powerloss_vfs.hpp"
 
+#include "tests/common/sqlite_query.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +79,20 @@ struct fixture {
     }
   };
 
+  // Runs `use` on a handle of `name` of its own, closed again afterwards.
+  template <class Use>
+  void with_file(const std::string& name, Use use) {
+    file f{dir / name};
+    use(f);
+  }
+
+  // Cuts the power, then opens `name` again: a handle of the process that
+  // runs after the cut.
+  file after_cut(const std::string& name) {
+    pl::cut();
+    return file{dir / name};
+  }
+
   // Opens `name` through the power-loss VFS, makes a table with one row
   // with the given `synchronous` setting, and closes the connection.
   void insert_row(const std::string& name, const char* synchronous) {
@@ -96,18 +112,9 @@ struct fixture {
 
   // Rows of `t` in `name` as the plain unix VFS sees it (-1: no table).
   int rows(const std::string& name) {
-    sqlite3* db = nullptr;
-    auto path = (dir / name).string();
-    sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, "unix");
-    sqlite3_stmt* st = nullptr;
-    int n = -1;
-    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM t", -1, &st, nullptr)
-          == SQLITE_OK
-        && sqlite3_step(st) == SQLITE_ROW)
-      n = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return n;
+    return oncegate::test::query_int((dir / name).string(),
+                                     "SELECT count(*) FROM t",
+                                     SQLITE_OPEN_READWRITE, "unix");
   }
 };
 
@@ -125,27 +132,21 @@ CAF_TEST(an unsynced write is seen by the process but not on disk) {
 }
 
 CAF_TEST(a power cut loses the unsynced write) {
-  {
-    file f{dir / "a"};
-    f.write("hello", 0);
-  }
-  pl::cut();
-  file f{dir / "a"};
+  with_file("a", [](file& f) { f.write("hello", 0); });
+  auto f = after_cut("a");
   CAF_CHECK_EQUAL(f.size(), 0);
   CAF_CHECK_EQUAL(on_disk("a"), "");
   CAF_CHECK_EQUAL(pl::unsynced_bytes(), 0u);
 }
 
 CAF_TEST(a synced write survives a power cut) {
-  {
-    file f{dir / "a"};
+  with_file("a", [](file& f) {
     f.write("hello", 0);
     f.sync();
     f.write("HE", 0);
-  }
+  });
   CAF_CHECK_EQUAL(on_disk("a"), "hello");
-  pl::cut();
-  file f{dir / "a"};
+  auto f = after_cut("a");
   CAF_CHECK_EQUAL(f.read(5, 0), "hello");
 }
 
@@ -161,8 +162,7 @@ CAF_TEST(every handle of a path shares its unsynced writes) {
 }
 
 CAF_TEST(a truncation is unsynced like a write) {
-  {
-    file f{dir / "a"};
+  with_file("a", [this](file& f) {
     f.write(std::string(10000, 'x'), 0);
     f.sync();
     f.truncate(100);
@@ -170,9 +170,8 @@ CAF_TEST(a truncation is unsynced like a write) {
     CAF_CHECK_EQUAL(f.size(), 203);
     CAF_CHECK_EQUAL(f.read(100, 100), std::string(100, '\0'));
     CAF_CHECK_EQUAL(on_disk("a"), std::string(10000, 'x'));
-  }
-  pl::cut();
-  file f{dir / "a"};
+  });
+  auto f = after_cut("a");
   CAF_CHECK_EQUAL(f.size(), 10000);
   f.truncate(100);
   f.write("end", 200);

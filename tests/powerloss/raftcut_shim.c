@@ -587,32 +587,29 @@ int posix_fallocate(int fd, off_t off, off_t len) {
 int posix_fallocate64(int fd, off_t off, off_t len)
   __attribute__((alias("posix_fallocate")));
 
-static void after_sync(int fd, int rv) {
-  if (rv != 0 || !active || fd < 0 || fd >= MAX_FDS || !fds[fd].on)
-    return;
-  pthread_mutex_lock(&mu);
-  struct tracked* t = lookup(fd, NULL);
-  if (t != NULL)
-    rec_sync(t->dev, t->ino);
-  pthread_mutex_unlock(&mu);
+// Journals a sync of `fd` that succeeded (`rv`, what the real call
+// returned, is 0); returns `rv` with errno as the real call left it.
+static int after_sync(int fd, int rv) {
+  int saved = errno;
+  if (rv == 0 && active && fd >= 0 && fd < MAX_FDS && fds[fd].on) {
+    pthread_mutex_lock(&mu);
+    struct tracked* t = lookup(fd, NULL);
+    if (t != NULL)
+      rec_sync(t->dev, t->ino);
+    pthread_mutex_unlock(&mu);
+  }
+  errno = saved;
+  return rv;
 }
 
 int fsync(int fd) {
   ensure();
-  int rv = real_fsync(fd);
-  int saved = errno;
-  after_sync(fd, rv);
-  errno = saved;
-  return rv;
+  return after_sync(fd, real_fsync(fd));
 }
 
 int fdatasync(int fd) {
   ensure();
-  int rv = real_fdatasync(fd);
-  int saved = errno;
-  after_sync(fd, rv);
-  errno = saved;
-  return rv;
+  return after_sync(fd, real_fdatasync(fd));
 }
 
 int close(int fd) {
@@ -882,14 +879,8 @@ long syscall(long n, ...) {
   switch (n) {
     case SYS_io_submit:
       return aio_submit(a1, a2, (struct iocb**)a3);
-    case SYS_io_getevents: {
-      long r = real_syscall(n, a1, a2, a3, a4, a5, a6);
-      int saved = errno;
-      aio_reaped((struct io_event*)a4, r);
-      errno = saved;
-      return r;
-    }
-    case SYS_io_pgetevents: {
+    case SYS_io_getevents:
+    case SYS_io_pgetevents: { // both take the events array fourth
       long r = real_syscall(n, a1, a2, a3, a4, a5, a6);
       int saved = errno;
       aio_reaped((struct io_event*)a4, r);

@@ -677,13 +677,11 @@ namespace {
 
 // Totals over the seeded fault runs: what they exercised.
 struct fault_totals {
-  uint64_t snapshots = 0;
-  uint64_t restores = 0;
-  uint64_t reasked = 0;
-  uint64_t handovers = 0;
-  uint64_t doubted = 0;
-  uint64_t releases = 0; // release commands proposed
-  uint64_t purges = 0;   // purge commands proposed
+  uint64_t snapshots = 0, restores = 0; // taken and restored, all replicas
+  uint64_t reasked = 0;   // grants asked again with their request id
+  uint64_t handovers = 0; // leader handovers to unstick a follower
+  uint64_t doubted = 0;   // records doubted
+  uint64_t releases = 0, purges = 0; // release and purge commands proposed
   model_stats model;
   std::vector<long> diverged; // seeds that met the libraft bug (below)
 };
