@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Creates the certificates of an oncegate cluster with the openssl CLI: one
+# cluster CA and one certificate per node, each naming its node id.
+#
+#   scripts/cluster-certs.sh DIR ID...        # CA (if missing) + missing nodes
+#   scripts/cluster-certs.sh --renew DIR ID...  # new certificates, same CA
+#
+# DIR gets ca.pem (give it to every node), ca.key (keep it offline: whoever
+# has it can make members), and node-ID.pem / node-ID.key per node (each
+# node gets only its own pair). A node certificate names its node id as the
+# DNS name node-ID.oncegate (subjectAltName): a node accepts a peer only if
+# the peer's certificate chains to ca.pem and names the id the peer claims.
+# Keys are EC P-256, files 0600; node certificates are valid for
+# ONCEGATE_CERT_DAYS days (default 825), the CA for 3650.
+set -euo pipefail
+
+renew=0
+if [[ ${1:-} == --renew ]]; then
+  renew=1
+  shift
+fi
+if [[ $# -lt 2 ]]; then
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
+dir=$1
+shift
+days=${ONCEGATE_CERT_DAYS:-825}
+for id in "$@"; do
+  if ! [[ $id =~ ^[1-9][0-9]{0,18}$ ]]; then
+    echo "cluster-certs: node id must be a positive integer: $id" >&2
+    exit 2
+  fi
+done
+command -v openssl >/dev/null || {
+  echo "cluster-certs: openssl not found (apt-get install openssl)" >&2
+  exit 1
+}
+mkdir -p "$dir"
+umask 077
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if [[ ! -f $dir/ca.pem || ! -f $dir/ca.key ]]; then
+  if [[ -f $dir/ca.pem || -f $dir/ca.key ]]; then
+    echo "cluster-certs: $dir has only one of ca.pem and ca.key" >&2
+    exit 1
+  fi
+  openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/ca.key"
+  openssl req -x509 -new -key "$tmp/ca.key" -sha256 -days 3650 \
+    -subj "/CN=oncegate cluster CA" \
+    -addext "basicConstraints=critical,CA:TRUE,pathlen:0" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "$tmp/ca.pem" 2>/dev/null
+  mv "$tmp/ca.key" "$dir/ca.key"
+  mv "$tmp/ca.pem" "$dir/ca.pem"
+  chmod 644 "$dir/ca.pem"
+  echo "cluster-certs: new cluster CA $dir/ca.pem (keep $dir/ca.key offline)"
+fi
+
+for id in "$@"; do
+  pem=$dir/node-$id.pem
+  key=$dir/node-$id.key
+  if [[ $renew == 0 && -f $pem && -f $key ]]; then
+    continue
+  fi
+  openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/node.key"
+  openssl req -new -key "$tmp/node.key" -subj "/CN=node-$id.oncegate" \
+    -out "$tmp/node.csr" 2>/dev/null
+  cat >"$tmp/ext.cnf" <<EOF
+basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth,clientAuth
+subjectAltName=DNS:node-$id.oncegate
+EOF
+  openssl x509 -req -in "$tmp/node.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+    -CAcreateserial -CAserial "$tmp/ca.srl" -days "$days" -sha256 \
+    -extfile "$tmp/ext.cnf" -out "$tmp/node.pem" 2>/dev/null
+  # Replaced by rename: a node reading the files sees the old or the new.
+  mv "$tmp/node.key" "$key.new"
+  mv "$tmp/node.pem" "$pem.new"
+  mv "$key.new" "$key"
+  mv "$pem.new" "$pem"
+  chmod 644 "$pem"
+  echo "cluster-certs: node $id: $pem $key"
+done
