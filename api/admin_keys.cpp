@@ -212,8 +212,10 @@ void admin_keys::complete(const http_request& req, const route_config& route,
   if (auto ct = fields.find("content_type");
       ct != fields.end() && ct->second.type == field::kind::string)
     upd.headers = "Content-Type: " + ct->second.text;
-  log::gateway()->info("[C{}][R{}] admin.complete route={} status={}",
-                       req.conn_id, req.req_id, route.name, code);
+  log::gateway()->info("[C{}][R{}] admin.complete route={} status={} "
+                       "client={} peer={}",
+                       req.conn_id, req.req_id, route.name, code,
+                       req.client_address(), req.remote);
   update(std::move(upd), std::move(done), completed_answer);
 }
 
@@ -230,8 +232,10 @@ void admin_keys::release(const http_request& req, const route_config& route,
   upd.route = route.name;
   upd.key = key;
   upd.op = force ? transition::release : transition::release_settled;
-  log::gateway()->info("[C{}][R{}] admin.release route={} force={}",
-                       req.conn_id, req.req_id, route.name, force);
+  log::gateway()->info("[C{}][R{}] admin.release route={} force={} "
+                       "client={} peer={}",
+                       req.conn_id, req.req_id, route.name, force,
+                       req.client_address(), req.remote);
   update(std::move(upd), std::move(done), [key](const update_result& res) {
     return released_answer(res, key);
   });

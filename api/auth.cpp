@@ -430,4 +430,14 @@ bool address_allowed(std::string_view address, const std::vector<cidr>& nets) {
   return false;
 }
 
+bool is_address(std::string_view text) {
+  return parse_address(text).has_value();
+}
+
+bool is_loopback_address(std::string_view address) {
+  static const std::vector<cidr> loopback = {*parse_cidr("127.0.0.0/8"),
+                                             *parse_cidr("::1/128")};
+  return address_allowed(address, loopback);
+}
+
 } // namespace oncegate::gateway

@@ -97,4 +97,14 @@ std::optional<cidr> parse_cidr(std::string_view text);
 /// IPv4) lies in any of `nets`. An unparseable address is never allowed.
 bool address_allowed(std::string_view address, const std::vector<cidr>& nets);
 
+/// Returns whether `text` is one textual IPv4 or IPv6 address, strictly
+/// (inet_pton: dotted quad without leading zeros, no zone, no port, no
+/// brackets, at most 45 characters).
+bool is_address(std::string_view text);
+
+/// Returns whether `address` is a loopback address: `127.0.0.0/8` or
+/// `::1` (`::ffff:127.0.0.1` counts as IPv4). An unparseable address (a
+/// host name such as `localhost` included) is not.
+bool is_loopback_address(std::string_view address);
+
 } // namespace oncegate::gateway

@@ -78,6 +78,8 @@ std::size_t webhook_handler::wait_for_forwards(std::chrono::milliseconds bound) 
 }
 
 void webhook_handler::handle(http_request req, responder done) {
+  if (!opts_.proxies.trusted.empty())
+    req.client = resolve_client(opts_.proxies, req);
   auto path = req.path();
   if (auto route = opts_.routes.by_path(path))
     return pipeline_->handle(*route, req, std::move(done));
@@ -90,7 +92,7 @@ void webhook_handler::handle(http_request req, responder done) {
   bool keys = starts_with(path, "/v1/keys/") || path == "/v1/keys";
   bool cluster = path == "/v1/cluster" || starts_with(path, "/v1/cluster/");
   if (keys || cluster) {
-    if (auto refused = refuse_admin(opts_.admin, req))
+    if (auto refused = refuse_admin(opts_.admin, opts_.proxies, req))
       return done(std::move(*refused));
     if (cluster)
       return serve_cluster_admin(node_, req, done);

@@ -16,6 +16,7 @@
 #include "common/clock.hpp"
 #include "api/admin_auth.hpp"
 #include "api/admin_keys.hpp"
+#include "api/client_address.hpp"
 #include "api/decision_cache.hpp"
 #include "http/http_types.hpp"
 #include "api/metrics.hpp"
@@ -36,6 +37,9 @@ struct webhook_options {
   route_table routes;
   payload_limits payload;
   admin_options admin;
+  /// Reverse proxies in front of the node (`http.trusted-proxies`): whose
+  /// forwarding headers name the client for allowlists and logs.
+  proxy_options proxies;
   /// Completed decisions kept for answering duplicates on HTTP threads
   /// (entries; 0 disables).
   std::size_t decision_cache = 100'000;

@@ -138,15 +138,16 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
   auto reject = [&](const refusal& no, const std::string& key = {}) {
     metrics_.count(idx, no.counted);
     log::gateway()->debug("[C{}][R{}] webhook.rejected route={} status={} "
-                          "type={}",
+                          "type={} client={}",
                           req.conn_id, req.req_id, route.name, no.why.status,
-                          no.why.type);
+                          no.why.type, req.client_address());
     auto res = make_problem(no.why, key);
     if (no.why.status == 413)
       res.close = true;
     done(std::move(res));
   };
-  if (!route.allow.empty() && !address_allowed(req.remote, route.allow))
+  if (!route.allow.empty()
+      && !address_allowed(req.client_address(), route.allow))
     return reject({{403, "forbidden", "Forbidden",
                     "source address not allowed on this route"},
                    outcome::forbidden});

@@ -8,6 +8,7 @@
 #include <caf/atom.hpp>
 
 #include "actors/messages.hpp"
+#include "api/auth.hpp"
 
 namespace oncegate::gateway {
 
@@ -52,7 +53,15 @@ node_config::node_config() {
          "time from request to response before 503 (bounds every decision)")
     .add(max_connections, "max-connections", "open connections at most")
     .add(shutdown_grace, "shutdown-grace",
-         "longest wait for in-flight requests on shutdown");
+         "longest wait for in-flight requests on shutdown")
+    .add(trusted_proxies, "trusted-proxies",
+         "reverse proxies (CIDRs) whose forwarding header names the client "
+         "for route allowlists and logs")
+    .add(forwarded_headers, "forwarded-headers",
+         "headers a trusted proxy names the client in, first present wins: "
+         "x-forwarded-for, forwarded")
+    .add(forwarded_limit, "forwarded-limit",
+         "bytes of the forwarding header read at most, from its right end");
   opt_group{custom_options_, "keys"}
     .add(ttl, "ttl", "lifetime of a record (e.g. 24h, 72h)")
     .add(key_idle_timeout, "idle-timeout",
@@ -90,7 +99,11 @@ node_config::node_config() {
          "bearer token for /v1/keys (prefer token-env or token-file)")
     .add(admin_token_env, "token-env",
          "environment variable holding the admin token")
-    .add(admin_token_file, "token-file", "file holding the admin token");
+    .add(admin_token_file, "token-file", "file holding the admin token")
+    .add(admin_allow_unauthenticated_loopback,
+         "allow-unauthenticated-loopback",
+         "without a token, let admin changes through on a loopback listener "
+         "from a loopback peer (loopback-only setups; warned at start)");
   opt_group{custom_options_, "cluster"}
     .add(cluster_id, "id", "this node's id in cluster.peers (0: single node)")
     .add(cluster_peers, "peers",
@@ -108,6 +121,14 @@ node_config::node_config() {
          "raft log entries between snapshots")
     .add(snapshot_trailing, "snapshot-trailing",
          "raft log entries kept behind a snapshot")
+    .add(cluster_tls_ca, "tls-ca",
+         "PEM file of the cluster CA (scripts/cluster-certs.sh)")
+    .add(cluster_tls_certificate, "tls-certificate",
+         "PEM file of this node's certificate (names node-ID.oncegate)")
+    .add(cluster_tls_key, "tls-key", "PEM file of this node's private key")
+    .add(cluster_insecure, "insecure",
+         "talk to the other nodes in plain text, without authentication "
+         "(anyone who reaches the ports controls the cluster)")
     .add(remote_timeout, "remote-timeout",
          "bound on each request to another node")
     .add(leader_wait, "leader-wait",
@@ -180,6 +201,8 @@ std::string node_config::validate() const {
     return "alarm.purge-chunk must be positive";
   if (max_connections < 1)
     return "http.max-connections must be positive";
+  if (forwarded_limit < 1)
+    return "http.forwarded-limit must be positive";
   if (clustered()) {
     if (cluster_peers.empty())
       return "cluster.peers must list every node when cluster.id is set";
@@ -190,6 +213,18 @@ std::string node_config::validate() const {
       return "cluster.max-outstanding must be positive";
     if (snapshot_threshold < 1)
       return "cluster.snapshot-threshold must be positive";
+    bool any_tls = !cluster_tls_ca.empty() || !cluster_tls_certificate.empty()
+                   || !cluster_tls_key.empty();
+    if (cluster_insecure && any_tls)
+      return "cluster.insecure=true and cluster.tls-* are both set: choose "
+             "one";
+    if (!cluster_insecure
+        && (cluster_tls_ca.empty() || cluster_tls_certificate.empty()
+            || cluster_tls_key.empty()))
+      return "a cluster talks over mutual TLS: set cluster.tls-ca, "
+             "cluster.tls-certificate and cluster.tls-key "
+             "(scripts/cluster-certs.sh DIR ID... makes them), or "
+             "cluster.insecure=true where nobody else can reach the ports";
   }
   return log::check(log_opts());
 }
@@ -274,10 +309,58 @@ node_config::webhook_opts(const env_lookup& env, std::string& error) const {
     }
     res.admin.token = tok;
   }
-  res.admin.loopback_listener = http_host == "localhost"
-                                || http_host.rfind("127.", 0) == 0
-                                || http_host == "::1";
+  res.admin.loopback_listener = is_loopback_address(http_host);
+  res.admin.allow_unauthenticated_loopback =
+    admin_allow_unauthenticated_loopback;
+  for (auto& text : trusted_proxies) {
+    auto net = parse_cidr(text);
+    if (!net) {
+      error = "http.trusted-proxies: \"" + text
+              + "\" is not an address or network (e.g. 10.0.0.0/8, ::1)";
+      return std::nullopt;
+    }
+    res.proxies.trusted.push_back(std::move(*net));
+  }
+  res.proxies.headers.clear();
+  for (auto& name : forwarded_headers) {
+    auto kind = parse_forwarded_header(name);
+    if (!kind
+        || std::find(res.proxies.headers.begin(), res.proxies.headers.end(),
+                     *kind)
+             != res.proxies.headers.end()) {
+      error = "http.forwarded-headers: \"" + name
+              + "\" is unknown or listed twice (x-forwarded-for, forwarded)";
+      return std::nullopt;
+    }
+    res.proxies.headers.push_back(*kind);
+  }
+  if (res.proxies.headers.empty()) {
+    error = "http.forwarded-headers must name x-forwarded-for or forwarded";
+    return std::nullopt;
+  }
+  res.proxies.max_bytes = forwarded_limit;
   return res;
+}
+
+void node_config::check_admin(const webhook_options& web,
+                              std::vector<std::string>& warnings) const {
+  if (!web.admin.allow_unauthenticated_loopback)
+    return;
+  constexpr auto name = "admin.allow-unauthenticated-loopback";
+  if (!web.admin.token.empty())
+    warnings.push_back(std::string{name}
+                       + " has no effect: an admin token is configured, and "
+                         "every admin request needs it");
+  else if (!web.admin.loopback_listener)
+    warnings.push_back(std::string{name} + " has no effect on the "
+                       "non-loopback listener " + http_host
+                       + ": admin changes need an admin token");
+  else
+    warnings.push_back(std::string{name}
+                       + " is set: every local user and process can "
+                         "release and complete keys and change the cluster "
+                         "without a token (configure admin.token-env or "
+                         "admin.token-file instead)");
 }
 
 namespace {
@@ -402,6 +485,13 @@ node_config::cluster_opts(std::string& error) const {
   res.raft.max_log_bytes = max_log_bytes;
   res.store.max_outstanding = static_cast<uint32_t>(max_outstanding);
   res.remote_timeout = remote_timeout;
+  if (cluster_tls()) {
+    cluster::tls_transport_options tls;
+    tls.ca_file = cluster_tls_ca;
+    tls.cert_file = cluster_tls_certificate;
+    tls.key_file = cluster_tls_key;
+    res.raft.tls = std::move(tls);
+  }
   return res;
 }
 

@@ -66,6 +66,13 @@ public:
   std::string check_route_ttls(const webhook_options& web,
                                std::vector<std::string>& warnings) const;
 
+  /// Adds a warning to `warnings` when
+  /// `admin.allow-unauthenticated-loopback` is set: what it opens, or that
+  /// it has no effect (a token is configured, the listener is not
+  /// loopback).
+  void check_admin(const webhook_options& web,
+                   std::vector<std::string>& warnings) const;
+
   /// How long after its claim an in-flight record has outlived every
   /// forward: `keys.in-flight-deadline`, or (0) the longest upstream
   /// connect + response timeout (at least `http.response-timeout`) plus a
@@ -100,6 +107,10 @@ public:
   caf::timespan response_timeout = http_server_options{}.response_timeout;
   size_t max_connections = http_server_options{}.max_connections;
   caf::timespan shutdown_grace = http_server_options{}.shutdown_grace;
+  std::vector<std::string> trusted_proxies;
+  std::vector<std::string> forwarded_headers =
+    to_strings(proxy_options{}.headers);
+  size_t forwarded_limit = proxy_options{}.max_bytes;
 
   // [keys]
   caf::timespan ttl = std::chrono::milliseconds(route_defaults{}.ttl_ms);
@@ -125,6 +136,8 @@ public:
   std::string admin_token;
   std::string admin_token_env;
   std::string admin_token_file;
+  bool admin_allow_unauthenticated_loopback =
+    admin_options{}.allow_unauthenticated_loopback;
 
   // [cluster]
   size_t cluster_id = 0;
@@ -145,6 +158,18 @@ public:
   size_t max_background_bytes =
     routed_service_options{}.max_background_bytes;
   size_t max_outstanding = 4;
+  /// Mutual TLS between the nodes (Raft and the nodes' actors): the
+  /// cluster CA, this node's certificate and key (PEM files).
+  std::string cluster_tls_ca;
+  std::string cluster_tls_certificate;
+  std::string cluster_tls_key;
+  /// Run the cluster in plain text (warned at every start).
+  bool cluster_insecure = false;
+
+  /// Whether the nodes talk over TLS (a cluster that is not insecure).
+  bool cluster_tls() const {
+    return clustered() && !cluster_insecure;
+  }
 
   // [alarm]
   size_t purge_chunk = alarm_options{}.chunk;

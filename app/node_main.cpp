@@ -267,6 +267,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
     std::cerr << "oncegate: bad configuration: " << problem << '\n';
     return 2;
   }
+  cfg.check_admin(*web, warnings);
   auto in_flight_deadline = cfg.in_flight_deadline_ms(*web);
   std::optional<cluster::cluster_options> copts;
   if (cfg.clustered()) {
@@ -304,6 +305,11 @@ int run_node(int argc, char** argv, const run_options& ro) {
   }
   for (auto& w : warnings)
     log::gateway()->warn("config.warning {}", w);
+  if (cfg.clustered() && cfg.cluster_insecure)
+    log::cluster()->warn("cluster.insecure: the nodes talk in plain text "
+                         "without authentication; anyone who reaches the "
+                         "cluster ports can release keys and take over the "
+                         "cluster (set cluster.tls-*, docs/cluster.md)");
   caf::actor_system sys{cfg};
   // One clock for the whole node (see `node_clock`).
   auto node_time = std::make_shared<node_clock>();

@@ -65,6 +65,49 @@ record_update after_delivery(std::string route, std::string key,
   return upd;
 }
 
+const char* malformed_key(std::string_view route, std::string_view key) {
+  if (route.empty() || route.size() > record_bounds::route)
+    return "route size";
+  if (key.empty() || key.size() > record_bounds::key)
+    return "key size";
+  return nullptr;
+}
+
+const char* malformed(const claim_request& req) {
+  if (auto why = malformed_key(req.route, req.key))
+    return why;
+  if (req.fingerprint.size() != record_bounds::fingerprint)
+    return "fingerprint size";
+  if (static_cast<uint8_t>(req.initial_state)
+      > static_cast<uint8_t>(record_state::in_doubt))
+    return "record state";
+  if (req.status != 0 && (req.status < 100 || req.status > 599))
+    return "status";
+  if (req.headers.size() > record_bounds::headers
+      || req.response.size() > record_bounds::response
+      || req.signal.size() > record_bounds::signal)
+    return "answer size";
+  if (req.now_ms < 0 || req.ttl_ms <= 0 || req.ttl_ms > record_bounds::ttl_ms)
+    return "time";
+  return nullptr;
+}
+
+const char* malformed(const record_update& upd) {
+  if (auto why = malformed_key(upd.route, upd.key))
+    return why;
+  if (static_cast<uint8_t>(upd.op)
+      > static_cast<uint8_t>(transition::release_settled))
+    return "transition";
+  if (upd.status > 599)
+    return "status";
+  if (upd.headers.size() > record_bounds::headers
+      || upd.response.size() > record_bounds::response)
+    return "answer size";
+  if (upd.first_seen_ms < 0)
+    return "time";
+  return nullptr;
+}
+
 std::string routing_key(const std::string& route, const std::string& key) {
   // Route names never contain NUL, so the pair maps to one string only.
   std::string result;

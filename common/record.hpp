@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -313,6 +314,35 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, purge_result& x) {
   return f(caf::meta::type_name("purge_result"), x.purged, x.next_due_ms);
 }
+
+/// The hard bounds of what a record holds. Every configurable limit of the
+/// HTTP side lies below them (route names 64 bytes, keys 255, bodies and
+/// upstream answers at most 16 MiB), so they never refuse a request of this
+/// node; they bound what arrives from outside the process (another node's
+/// message) before it can reach a store batch.
+namespace record_bounds {
+constexpr std::size_t route = 64;
+constexpr std::size_t key = 1024;
+constexpr std::size_t fingerprint = 32;
+constexpr std::size_t headers = 64 * 1024;
+constexpr std::size_t response = 16 * 1024 * 1024;
+constexpr std::size_t signal = 64 * 1024 * 1024;
+/// Records in one page of a listing (GET /v1/keys?limit=1..1000).
+constexpr uint32_t list_page = 1000;
+/// Ten years: no route lives longer.
+constexpr int64_t ttl_ms = int64_t{10} * 366 * 24 * 3600 * 1000;
+} // namespace record_bounds
+
+/// Why `req` cannot be a claim (enums out of range, sizes beyond
+/// `record_bounds`, a status that is no HTTP status, times that are no
+/// times), as a short reason for logs; nullptr when it can.
+const char* malformed(const claim_request& req);
+
+/// The same for an update.
+const char* malformed(const record_update& upd);
+
+/// The same for a route and key (lookups).
+const char* malformed_key(std::string_view route, std::string_view key);
 
 /// The one string `(route, key)` is indexed by (registries, caches). Route
 /// names never contain NUL, so the pair maps to one string only.

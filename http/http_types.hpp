@@ -19,8 +19,11 @@ struct http_request {
   /// Header fields with lower-case names, in arrival order.
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
-  /// Peer address, e.g. `127.0.0.1`.
+  /// Peer address, e.g. `127.0.0.1`: the direct peer of the connection.
   std::string remote;
+  /// The client's address when a trusted reverse proxy named one (set by
+  /// the API's dispatcher, `api/client_address.hpp`); empty: `remote`.
+  std::string client;
   /// Connection and request numbers for log lines (`[C12][R3]`).
   uint64_t conn_id = 0;
   uint64_t req_id = 0;
@@ -47,6 +50,12 @@ struct http_request {
       *result += v;
     }
     return result;
+  }
+
+  /// `client`, or `remote` when no proxy named one: the address route
+  /// allowlists and logs go by.
+  std::string_view client_address() const {
+    return client.empty() ? std::string_view{remote} : std::string_view{client};
   }
 
   /// The target without its query.

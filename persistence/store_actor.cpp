@@ -327,7 +327,11 @@ store_actor::behavior_type store_impl(store_pointer self,
     self->quit(msg.reason);
   });
   return {
+    // Nothing malformed joins a batch: one bad command must not fail the
+    // others of its batch, on this node or on any replica.
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
+      if (auto why = malformed(req))
+        return make_error(errc::invalid_argument, why);
 #ifdef ONCEGATE_MUTANTS
       if (ONCEGATE_MUTANT("ack-before-commit") || ONCEGATE_MUTANT("quiet-ack"))
         return unsafe_claim(self, std::move(req));
@@ -337,7 +341,9 @@ store_actor::behavior_type store_impl(store_pointer self,
       cmd.claim = std::move(req);
       return enqueue_for(self, std::move(cmd), &waiter::claim_rp);
     },
-    [self](update_atom, record_update& upd) {
+    [self](update_atom, record_update& upd) -> caf::result<update_result> {
+      if (auto why = malformed(upd))
+        return make_error(errc::invalid_argument, why);
       command cmd;
       cmd.type = command::kind::update;
       cmd.update = std::move(upd);

@@ -74,11 +74,6 @@ struct change_request {
   std::function<void(int)> done;
 };
 
-struct transfer_request {
-  struct ::raft_transfer req;
-  std::function<void(uint64_t)> done;
-};
-
 } // namespace
 
 struct raft_node::impl {
@@ -94,6 +89,10 @@ struct raft_node::impl {
   ::raft_io io;
   ::raft r;
   struct ::raft_barrier barrier;
+  /// The one transfer request (see `do_transfer`) and its caller's callback
+  /// while a transfer runs.
+  struct ::raft_transfer transfer;
+  std::function<void(uint64_t)> transfer_done;
   bool barrier_pending = false;
   std::thread thread;
 
@@ -130,6 +129,7 @@ struct raft_node::impl {
     std::memset(&io, 0, sizeof(io));
     std::memset(&r, 0, sizeof(r));
     std::memset(&barrier, 0, sizeof(barrier));
+    std::memset(&transfer, 0, sizeof(transfer));
   }
 
   // -- on the Raft thread -----------------------------------------------------
@@ -160,7 +160,10 @@ struct raft_node::impl {
     raft_close(&r, [](::raft* r) {
       auto self = static_cast<impl*>(r->data);
       raft_uv_close(&self->io);
-      raft_uv_tcp_close(&self->transport);
+      if (self->opts.tls)
+        tls_transport_close(&self->transport);
+      else
+        raft_uv_tcp_close(&self->transport);
     });
   }
 
@@ -322,24 +325,37 @@ struct raft_node::impl {
 
   // Hands leadership to `id` (0: any voter); `done` gets the leader
   // afterwards, or 0 when the transfer could not start.
+  // libraft sends the TimeoutNow of a transfer through the `raft_io_send`
+  // inside the `raft_transfer` given to it, without a callback; towards an
+  // unreachable voter that send waits in the peer's queue and is read
+  // (evicted, cancelled) after the transfer ended. So the request is never
+  // freed while the loop runs: one lives as long as the node, reused by
+  // each transfer (libraft runs one at a time). Freeing it in its callback
+  // crashed a leader that stepped down towards a dead voter.
   void do_transfer(uint64_t id, std::function<void(uint64_t)> done) {
-    auto t = new transfer_request{};
-    t->done = std::move(done);
-    t->req.data = this;
-    auto rv = raft_transfer(&r, &t->req, id, [](struct ::raft_transfer* req) {
-      std::unique_ptr<transfer_request> t{
-        reinterpret_cast<transfer_request*>(req)};
+    if (transfer_done) {
+      log::cluster()->warn("raft.transfer_refused target={} reason=running",
+                           id);
+      done(0);
+      return;
+    }
+    transfer_done = std::move(done);
+    transfer.data = this;
+    auto rv = raft_transfer(&r, &transfer, id, [](struct ::raft_transfer* req) {
       auto self = static_cast<impl*>(req->data);
       raft_id lid = 0;
       const char* addr = nullptr;
       raft_leader(&self->r, &lid, &addr);
-      t->done(lid);
+      auto done = std::move(self->transfer_done);
+      self->transfer_done = nullptr;
+      done(lid);
     });
     if (rv != 0) {
-      std::unique_ptr<transfer_request> guard{t};
       log::cluster()->warn("raft.transfer_failed target={} status={}", id,
                            raft_strerror(rv));
-      t->done(0);
+      auto done = std::move(transfer_done);
+      transfer_done = nullptr;
+      done(0);
     }
   }
 
@@ -387,6 +403,12 @@ raft_node::raft_node(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
   // nop
 }
 
+tls_transport_stats raft_node::transport_stats() const {
+  if (!impl_->opts.tls)
+    return {};
+  return tls_transport_stats_of(&impl_->transport);
+}
+
 raft_node::~raft_node() {
   {
     std::lock_guard<std::mutex> guard{impl_->queue_mtx};
@@ -428,8 +450,15 @@ raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
                       std::string{"uv_loop_init: "} + uv_strerror(rv));
   // Anything failing below leaves a loop with handles behind; the process
   // exits on a failed start, so only the loop itself matters.
-  if (auto rv = raft_uv_tcp_init(&x.transport, &x.loop); rv != 0)
+  if (x.opts.tls) {
+    std::string error;
+    if (auto rv = tls_transport_init(&x.transport, &x.loop, *x.opts.tls,
+                                     error);
+        rv != 0)
+      return make_error(errc::invalid_argument, "raft tls: " + error);
+  } else if (auto rv = raft_uv_tcp_init(&x.transport, &x.loop); rv != 0) {
     return fail("transport", rv);
+  }
   if (auto rv = raft_uv_init(&x.io, &x.loop, x.opts.dir.c_str(),
                              &x.transport);
       rv != 0)

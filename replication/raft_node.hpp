@@ -5,12 +5,14 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <optional>
 
 #include <caf/expected.hpp>
 
 #include "common/raft_progress.hpp"
 #include "persistence/command.hpp"
 #include "persistence/sqlite_store.hpp"
+#include "replication/tls_transport.hpp"
 
 namespace oncegate::cluster {
 
@@ -45,6 +47,9 @@ struct raft_node_options {
   /// Proposals queued for the Raft thread at most; beyond, `propose` fails
   /// at once with `RAFT_BUSY`.
   uint32_t max_queued = 4096;
+  /// Mutual TLS between the nodes (`tls_transport`); none: plain TCP
+  /// (only with `cluster.insecure`).
+  std::optional<tls_transport_options> tls;
 };
 
 /// Role of a node, as last polled.
@@ -152,6 +157,9 @@ public:
 
   /// Role, leader and readiness (thread-safe, lock-free).
   raft_brief brief() const;
+
+  /// The TLS transport's counters (all zero over plain TCP). Thread-safe.
+  tls_transport_stats transport_stats() const;
 
   /// This node's id.
   uint64_t id() const;

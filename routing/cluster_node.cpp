@@ -178,6 +178,8 @@ struct front_state {
   int64_t started_ms = 0;
   bool doubted = false;
   caf::timespan remote_timeout;
+  /// Messages refused as malformed (shared with the node's metrics).
+  std::shared_ptr<std::atomic<uint64_t>> refused;
 
   static inline const char* name = "oncegate.front";
 
@@ -190,6 +192,26 @@ using front_pointer = caf::stateful_actor<front_state>*;
 
 caf::error not_leader() {
   return make_error(errc::not_leader, "this node is not the ready leader");
+}
+
+// Every message the front accepts may come from another node: a buggy
+// older version or, should a member's certificate be stolen, an impostor.
+// A malformed one is refused and counted, never applied (it must not fail
+// a batch, move leadership or change the membership); the first and then
+// every 1000th is logged, so that a flood cannot fill the disk.
+caf::error refuse(front_pointer self, const char* what, const char* why) {
+  auto n = self->state.refused->fetch_add(1) + 1;
+  if (n == 1 || n % 1000 == 0)
+    log::cluster()->warn("cluster.message_refused kind={} reason={} "
+                         "refused_total={}",
+                         what, why, n);
+  return make_error(errc::invalid_argument,
+                    std::string{"refused "} + what + ": " + why);
+}
+
+// Whether `id` is a member of `cluster.peers` (0 is none).
+bool known_peer(front_pointer self, uint64_t id) {
+  return id != 0 && self->state.links->find(id) != nullptr;
 }
 
 // Asks the leader (this node's own store when it is the ready leader) to
@@ -234,7 +256,8 @@ void doubt_own(front_pointer self) {
 caf::behavior front_impl(front_pointer self, node local,
                          std::shared_ptr<raft_node> raft,
                          std::shared_ptr<peer_links> links,
-                         cluster_options opts, int64_t started_ms) {
+                         cluster_options opts, int64_t started_ms,
+                         std::shared_ptr<std::atomic<uint64_t>> refused) {
   auto& st = self->state;
   st.local = std::move(local);
   st.raft = std::move(raft);
@@ -242,6 +265,7 @@ caf::behavior front_impl(front_pointer self, node local,
   st.id = opts.id;
   st.started_ms = started_ms;
   st.remote_timeout = opts.remote_timeout;
+  st.refused = std::move(refused);
   self->send(self, doubt_atom::value);
   auto change_cb = [self](caf::response_promise rp, bool transfer) {
     caf::actor hdl = caf::actor_cast<caf::actor>(self);
@@ -251,12 +275,18 @@ caf::behavior front_impl(front_pointer self, node local,
   };
   return {
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
+      if (auto why = malformed(req))
+        return refuse(self, "claim", why);
+      if (req.owner != 0 && !known_peer(self, req.owner))
+        return refuse(self, "claim", "owner is no member");
       if (!self->state.ready())
         return not_leader();
       auto& shard = self->state.local.shard_for(req.route, req.key);
       return self->delegate(shard, claim_atom::value, std::move(req));
     },
     [self](update_atom, record_update& upd) -> caf::result<update_result> {
+      if (auto why = malformed(upd))
+        return refuse(self, "update", why);
       if (!self->state.ready())
         return not_leader();
       auto& shard = self->state.local.shard_for(upd.route, upd.key);
@@ -264,6 +294,8 @@ caf::behavior front_impl(front_pointer self, node local,
     },
     [self](get_atom, std::string& route,
            std::string& key) -> caf::result<lookup_result> {
+      if (auto why = malformed_key(route, key))
+        return refuse(self, "lookup", why);
       if (!self->state.ready())
         return not_leader();
       auto& shard = self->state.local.shard_for(route, key);
@@ -272,6 +304,12 @@ caf::behavior front_impl(front_pointer self, node local,
     },
     [self](list_atom, std::string& route, record_state state,
            std::string& after, uint32_t limit) -> caf::result<record_page> {
+      if (route.size() > record_bounds::route
+          || after.size() > record_bounds::key
+          || static_cast<uint8_t>(state)
+               > static_cast<uint8_t>(record_state::in_doubt)
+          || limit > record_bounds::list_page)
+        return refuse(self, "list", "bounds");
       if (!self->state.ready())
         return not_leader();
       return self->delegate(self->state.local.store, list_atom::value,
@@ -280,6 +318,8 @@ caf::behavior front_impl(front_pointer self, node local,
     // From another node (or this one) at its start: doubt its old records.
     [self](doubt_atom, uint64_t owner,
            int64_t before_ms) -> caf::result<uint64_t> {
+      if (!known_peer(self, owner))
+        return refuse(self, "doubt", "owner is no member");
       if (!self->state.ready())
         return not_leader();
       return self->delegate(self->state.local.store, doubt_atom::value, owner,
@@ -289,6 +329,10 @@ caf::behavior front_impl(front_pointer self, node local,
     [self](doubt_atom) { doubt_own(self); },
     [self, change_cb](add_atom, uint64_t id,
                       std::string& address) -> caf::result<int32_t> {
+      // Only a node of cluster.peers, at its address there.
+      auto p = self->state.links->find(id);
+      if (p == nullptr || id == 0 || p->raft_address != address)
+        return refuse(self, "add", "not a member of cluster.peers");
       if (!self->state.ready())
         return not_leader();
       auto rp = self->make_response_promise();
@@ -298,6 +342,8 @@ caf::behavior front_impl(front_pointer self, node local,
       return rp;
     },
     [self](remove_atom, uint64_t id) -> caf::result<int32_t> {
+      if (id == 0)
+        return refuse(self, "remove", "node id 0");
       if (!self->state.ready())
         return not_leader();
       auto rp = self->make_response_promise();
@@ -308,6 +354,8 @@ caf::behavior front_impl(front_pointer self, node local,
       return rp;
     },
     [self](transfer_atom, uint64_t id) -> caf::result<uint64_t> {
+      if (id != 0 && !known_peer(self, id))
+        return refuse(self, "transfer", "not a member of cluster.peers");
       if (!self->state.ready())
         return not_leader();
       auto rp = self->make_response_promise();
@@ -391,6 +439,12 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   ropts.address = self_peer->raft_address;
   ropts.dir = (std::filesystem::path{opts.data_dir} / "raft").string();
   ropts.bootstrap = !copts.join;
+  // Only the members of cluster.peers, each at its address there.
+  if (ropts.tls) {
+    ropts.tls->peers.clear();
+    for (auto& p : copts.peers)
+      ropts.tls->peers[p.id] = p.raft_address;
+  }
   ropts.initial.clear();
   for (auto& p : copts.peers)
     if (copts.initial.empty()
@@ -448,7 +502,8 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
                                                copts.remote_timeout);
   result->front = sys.spawn(front_impl, result->local, result->raft,
                             result->links, copts,
-                            std::max(*log_clock + 1, now()));
+                            std::max(*log_clock + 1, now()),
+                            result->refused_messages);
   auto port = sys.middleman().publish(result->front, self_peer->port,
                                       self_peer->host.c_str(), true);
   if (!port) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,6 +93,9 @@ public:
   std::shared_ptr<raft_node> raft;
   caf::actor front;
   std::shared_ptr<peer_links> links;
+  /// Messages from other nodes the front refused as malformed.
+  std::shared_ptr<std::atomic<uint64_t>> refused_messages
+    = std::make_shared<std::atomic<uint64_t>>(0);
   uint16_t front_port = 0;
   cluster_options opts;
 

@@ -28,6 +28,7 @@ struct cluster_route {
   std::shared_ptr<cluster::raft_node> raft;
   caf::actor front;
   std::shared_ptr<cluster::peer_links> links;
+  std::shared_ptr<std::atomic<uint64_t>> refused;
   caf::timespan remote_timeout;
   caf::timespan retry_interval;
 };
@@ -215,6 +216,7 @@ public:
       res.background_bytes = background_bytes_;
       res.background_dropped = background_dropped_;
     }
+    res.peer_messages_refused = cluster_->refused->load();
     for (auto& [m, role] : st.members)
       res.members.push_back({m.id, m.address, cluster::raft_role_name(role)});
     return res;
@@ -417,6 +419,7 @@ make_routed_service(caf::actor_system& sys, const cluster::cluster_node& n,
   cr->raft = n.raft;
   cr->front = n.front;
   cr->links = n.links;
+  cr->refused = n.refused_messages;
   cr->remote_timeout = n.opts.remote_timeout;
   cr->retry_interval = opts.retry_interval;
   return std::make_unique<routed_service>(sys, n.local, opts, std::move(cr));

@@ -36,6 +36,22 @@ data_dir() { ini_get "$1" data-dir; }
 http_port() { ini_get "$1" http-port; }
 node_id() { ini_get "$1" id; }
 
+# tls_dir FILE: the directory of the node's certificates, from tls-ca.
+tls_dir() {
+  local ca
+  ca=$(ini_get "$1" tls-ca)
+  [[ -n $ca ]] && dirname "$ca"
+}
+
+# The cluster CA and each node's certificate (scripts/cluster-certs.sh),
+# where the configs name them and they are missing.
+make_certs() {
+  local ini d ids=()
+  d=$(tls_dir "$(nodes | head -n1)") || return 0
+  for ini in $(nodes); do ids+=("$(node_id "$ini")"); done
+  scripts/cluster-certs.sh "$d" "${ids[@]}" >/dev/null
+}
+
 pid_of() {
   local f
   f="$(data_dir "$1")/node.pid"
@@ -107,12 +123,14 @@ case $cmd in
       scripts/setup.sh
       scripts/build.sh >/dev/null
     fi
+    make_certs
     for ini in $(nodes); do start_one "$ini"; done
     wait_ready
     status
     ;;
   restart)
     [[ $# -ge 3 ]] || usage
+    make_certs
     start_one "$dir/node$3.ini"
     ;;
   status)

@@ -17,6 +17,8 @@ packages=(
   prometheus
   # the benchmark harness (bench/run.sh, also its smoke test)
   wrk redis-server redis-tools nginx-light gnuplot-nox
+  # a real reverse proxy in front of a node (tests/process/test_reverse_proxy.py)
+  nginx
   # libfaketime: one node's wall clock stepped at run time (the clock-jump
   # drill, tests/process/test_clock.py)
   faketime

@@ -43,6 +43,8 @@ struct cluster_info : raft_progress {
   uint64_t background_retries = 0;
   uint64_t background_bytes = 0;
   uint64_t background_dropped = 0;
+  /// Messages from other nodes refused as malformed.
+  uint64_t peer_messages_refused = 0;
   std::vector<cluster_member> members;
 };
 

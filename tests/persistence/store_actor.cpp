@@ -159,6 +159,38 @@ CAF_TEST(claims that arrive together share one transaction) {
   CAF_CHECK_EQUAL(records(), 64u);
 }
 
+// Another node's buggy or hostile message: out-of-range enums, sizes past
+// `record_bounds`. Refused one by one; the batch it arrives with commits.
+CAF_TEST(malformed commands are refused and never join a batch) {
+  auto good = claim_keys(2);
+  std::vector<claim_request> bad(6, make_claim("bad", 1000));
+  reinterpret_cast<uint8_t&>(bad[0].initial_state) = 7;
+  bad[1].fingerprint = "short";
+  bad[2].key.assign(record_bounds::key + 1, 'k');
+  bad[3].route.clear();
+  bad[4].status = 1000;
+  bad[5].ttl_ms = 0;
+  std::vector<reply_slot<claim_result>> refused;
+  for (auto& req : bad)
+    refused.push_back(ask<claim_result>(sys, store, claim_atom::value, req));
+  auto upd = record_update{"default", "k0", transition::complete};
+  reinterpret_cast<uint8_t&>(upd.op) = 9;
+  auto bad_update = ask<update_result>(sys, store, update_atom::value, upd);
+  sched.run();
+  for (auto& r : good) {
+    CAF_REQUIRE(*r && **r);
+    CAF_CHECK_EQUAL((**r)->outcome, decision::accepted);
+  }
+  for (auto& r : refused) {
+    CAF_REQUIRE(*r && !**r);
+    CAF_CHECK_EQUAL(errc_of((**r).error()), errc::invalid_argument);
+  }
+  CAF_REQUIRE(*bad_update && !**bad_update);
+  CAF_CHECK_EQUAL(errc_of((**bad_update).error()), errc::invalid_argument);
+  CAF_CHECK_EQUAL(stats().failed_commits, 0u);
+  CAF_CHECK_EQUAL(records(), 2u);
+}
+
 CAF_TEST(a claim is acknowledged only after its transaction committed) {
   // A client we can watch: the moment the store's answer reaches its
   // mailbox (the acknowledgement is sent), another connection must already

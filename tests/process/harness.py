@@ -115,11 +115,50 @@ class Node:
         finally:
             conn.close()
 
+    def request_to(self, host, method, path, body=None, headers=None,
+                   timeout=10.0, content_type="application/json"):
+        """`request` to this node through `host` (e.g. "::1" for a node
+        listening there); `content_type` None sends no Content-Type."""
+        return http_call(host, self.port, method, path, body, headers,
+                         timeout, content_type)
+
     def webhook(self, body, key=None, headers=None, timeout=10.0):
         hdrs = dict(headers or {})
         if key is not None:
             hdrs["Idempotency-Key"] = key
         return self.request("POST", "/v1/webhook", body, hdrs, timeout)
+
+
+def http_call(host, port, method, path, body=None, headers=None,
+              timeout=10.0, content_type="application/json", source=None):
+    """One request on a fresh connection to host:port (from the local
+    address `source`, e.g. "127.0.0.3", if given); returns (status, headers
+    dict with lower-case names, body bytes). A dict or list body is sent as
+    JSON; `content_type` None sends no Content-Type (the caller's `headers`
+    win either way)."""
+    conn = http.client.HTTPConnection(
+        host, port, timeout=timeout,
+        source_address=(source, 0) if source else None)
+    try:
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        hdrs = {} if content_type is None else {"Content-Type": content_type}
+        hdrs.update(headers or {})
+        conn.request(method, path, body=body, headers=hdrs)
+        res = conn.getresponse()
+        data = res.read()
+        return (res.status, {k.lower(): v for k, v in res.getheaders()}, data)
+    finally:
+        conn.close()
+
+
+def free_port(host="127.0.0.1"):
+    """A TCP port free on `host` right now (for a program that cannot bind
+    port 0 and report it, such as nginx)."""
+    import socket
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 class TempDir:

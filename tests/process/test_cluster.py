@@ -188,10 +188,13 @@ class Cluster(drill_cluster.Cluster):
     """Up to `peers` nodes on loopback, ids 1..peers; each node's INI lists
     the peers it is told to (`add`). The waits raise AssertionError."""
 
-    def __init__(self, root, upstream_url, peers=3):
+    def __init__(self, root, upstream_url, peers=3, tls=True):
         super().__init__()
         self.root = root
         self.upstream_url = upstream_url
+        # Mutual TLS between the nodes, as every cluster runs by default.
+        self.tls_dir = drill_cluster.make_certs(
+            os.path.join(root, "tls"), range(1, peers + 1)) if tls else None
         ports = free_ports(2 * peers)
         self.peer_lines = [peer_entry(i + 1, "127.0.0.1", ports[2 * i],
                                       ports[2 * i + 1])
@@ -206,11 +209,15 @@ http-threads=1
 [scheduler]
 policy='sharing'
 
+; membership changes, transfers and releases from loopback, no token
+[admin]
+allow-unauthenticated-loopback=true
+
 [route.{route}]
 upstream="{url}"
 """.format(route=ROUTE, url=self.upstream_url) + cluster_section(
             node_id, [self.peer_lines[i - 1] for i in peer_ids],
-            remote_timeout="1s", join=join)
+            remote_timeout="1s", join=join, tls_dir=self.tls_dir)
 
     def add(self, node_id, peer_ids, join=False):
         """Writes node `node_id`'s INI (peers: ids listed in cluster.peers)

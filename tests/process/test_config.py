@@ -47,13 +47,30 @@ class ConfigTest(unittest.TestCase):
 
     def test_a_bad_cluster_peer_names_the_option(self):
         code, text = self.run_node(
-            '[cluster]\nid=1\npeers=["1=127.0.0.1:7101"]\n')
+            '[cluster]\nid=1\ninsecure=true\npeers=["1=127.0.0.1:7101"]\n')
         self.assertEqual(code, 2, text)
         self.assertIn("cluster.peers", text)
         code, text = self.run_node(
-            '[cluster]\nid=4\npeers=["1=127.0.0.1:7101,127.0.0.1:7201"]\n')
+            '[cluster]\nid=4\ninsecure=true\n'
+            'peers=["1=127.0.0.1:7101,127.0.0.1:7201"]\n')
         self.assertEqual(code, 2, text)
         self.assertIn("cluster.id 4 is not among cluster.peers", text)
+
+    def test_a_cluster_needs_tls_or_an_explicit_insecure(self):
+        peers = 'peers=["1=127.0.0.1:7101,127.0.0.1:7201"]\n'
+        code, text = self.run_node('[cluster]\nid=1\n' + peers)
+        self.assertEqual(code, 2, text)
+        self.assertIn("cluster.tls-ca, cluster.tls-certificate and "
+                      "cluster.tls-key", text)
+        self.assertIn("cluster.insecure=true", text)
+        code, text = self.run_node('[cluster]\nid=1\ntls-ca="ca.pem"\n'
+                                   + peers)
+        self.assertEqual(code, 2, text)
+        self.assertIn("cluster.tls-certificate", text)
+        code, text = self.run_node('[cluster]\nid=1\ninsecure=true\n'
+                                   'tls-ca="ca.pem"\n' + peers)
+        self.assertEqual(code, 2, text)
+        self.assertIn("choose one", text)
 
     def test_help_lists_every_option_with_its_default(self):
         out = subprocess.run([BIN, "--help"], capture_output=True, timeout=30)

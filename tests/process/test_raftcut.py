@@ -268,6 +268,7 @@ class RaftcutTest(unittest.TestCase):
         peers = free_ports(2)
         with open(ini, "w") as f:
             f.write('[global]\nhttp-host="127.0.0.1"\n[cluster]\nid=1\n'
+                    'insecure=true\n'
                     'peers=["1=127.0.0.1:%d,127.0.0.1:%d"]\n'
                     'election-timeout=200ms\nheartbeat-timeout=20ms\n'
                     % tuple(peers))

@@ -5,6 +5,7 @@
 // store actor in front: what a cluster node runs, in one process. Waits are
 // bounded polls, never fixed sleeps.
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <caf/actor_system.hpp>
@@ -251,6 +253,53 @@ CAF_TEST(three voters replicate and fail over without a second grant) {
   CAF_CHECK(!l1->ready());
   for (auto& m : ms)
     m->stop();
+}
+
+// libraft 0.15 sends a transfer's TimeoutNow through the `raft_io_send`
+// inside the caller's `raft_transfer`, without a callback. To a peer that
+// cannot be reached the send waits in the peer's queue and is evicted (its
+// `cb` read) after the transfer has ended: freeing the request in its
+// callback crashed the leader (a drill: a full disk made the leader step
+// down towards a dead voter). M_PERTURB fills freed memory, so a freed
+// request has a garbage `cb` and the eviction crashes at once.
+CAF_TEST(a transfer towards an unreachable voter never frees what libraft still uses) {
+  mallopt(M_PERTURB, 0x5a);
+  std::vector<std::unique_ptr<member_node>> ms;
+  std::vector<member> voters;
+  for (uint64_t i = 1; i <= 3; ++i) {
+    ms.emplace_back(std::make_unique<member_node>(i));
+    voters.push_back({i, ms.back()->address});
+  }
+  for (auto& m : ms)
+    m->start(sys, voters);
+  member_node* leader = nullptr;
+  CAF_REQUIRE(wait_for(
+    [&] {
+      for (auto& m : ms)
+        if (m->ready())
+          leader = m.get();
+      return leader != nullptr;
+    },
+    5000ms));
+  member_node* dead = ms[0].get() == leader ? ms[1].get() : ms[0].get();
+  dead->stop();
+  // Transfers towards the dead voter, again and again for about 3 s: each
+  // TimeoutNow waits in its queue while the leader reconnects (once a
+  // second), behind the heartbeats that pile up meanwhile, and is evicted
+  // at a failed connect after its transfer timed out. Nothing is proposed,
+  // so the dead voter stays up to date and every transfer sends at once.
+  auto until = std::chrono::steady_clock::now() + 3s;
+  for (int round = 0; round < 50 && std::chrono::steady_clock::now() < until;
+       ++round) {
+    std::atomic<bool> done{false};
+    leader->raft->transfer(dead->id, [&](uint64_t) { done = true; });
+    CAF_REQUIRE(wait_for([&] { return done.load(); }, 5000ms));
+  }
+  CAF_CHECK(leader->raft->brief().leader_id != 0);
+  mallopt(M_PERTURB, 0);
+  for (auto& m : ms)
+    if (m->raft)
+      m->stop();
 }
 
 CAF_TEST(large signals are bounded by bytes in the raft log and not only by entries) {

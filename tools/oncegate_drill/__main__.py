@@ -89,6 +89,9 @@ def parse_args(argv, here):
                    "report.json in the work dir)")
     p.add_argument("--work-dir", help="node data and logs (default: a temp "
                    "dir, removed when the drill passes)")
+    p.add_argument("--insecure", action="store_true",
+                   help="generated clusters talk in plain text "
+                        "(cluster.insecure) instead of mutual TLS")
     p.add_argument("--keep", action="store_true",
                    help="keep the work dir when the drill passes")
     p.add_argument("--quiet", action="store_true",

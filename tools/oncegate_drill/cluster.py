@@ -36,6 +36,30 @@ RESTART_DELAY = 1.0  # like systemd's RestartSec (the unit has 2 s)
 RESTART_ATTEMPTS = 30  # starts that may fail in a row (a disk still full)
 
 
+def certs_script():
+    """scripts/cluster-certs.sh of this source tree, or the installed
+    oncegate-cluster-certs."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "..", "..", "scripts", "cluster-certs.sh")
+    if os.path.exists(script):
+        return os.path.abspath(script)
+    found = shutil.which("oncegate-cluster-certs")
+    if found is None:
+        raise DrillError("neither scripts/cluster-certs.sh nor "
+                         "oncegate-cluster-certs found")
+    return found
+
+
+def make_certs(cert_dir, ids):
+    """A cluster CA and one certificate per node id in `cert_dir` (what
+    config.tls_lines names), made by the operators' script."""
+    res = subprocess.run([certs_script(), cert_dir] + [str(i) for i in ids],
+                         capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise DrillError("cluster-certs failed: %s" % res.stderr.strip())
+    return cert_dir
+
+
 def pdeathsig_prefix():
     """Children die with the drill (even if it is SIGKILLed, e.g. by a CTest
     timeout): `setpriv --pdeathsig KILL` when util-linux has it. The signal

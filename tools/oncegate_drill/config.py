@@ -24,22 +24,36 @@ def peer_entry(node_id, host, raft_port, caf_port):
     return '"%d=%s:%d,%s:%d"' % (node_id, host, raft_port, host, caf_port)
 
 
-def cluster_section(node_id, peers, remote_timeout="2s", join=None):
+def cluster_section(node_id, peers, remote_timeout="2s", join=None,
+                    tls_dir=None):
     """The [cluster] section of node `node_id` (`peers`: peer_entry
-    strings); `join` (True/False) writes `join=`, None leaves it out."""
+    strings); `join` (True/False) writes `join=`, None leaves it out.
+    `tls_dir`: the certificates of make_certs (mutual TLS between the
+    nodes); None: `insecure=true`."""
     return """
 [cluster]
 id={id}
 peers=[
   {peers}
 ]
-{join}election-timeout=500ms
+{join}{tls}election-timeout=500ms
 heartbeat-timeout=50ms
 remote-timeout={remote}
 leader-wait=3s
 """.format(id=node_id, peers=",\n  ".join(peers), remote=remote_timeout,
            join="" if join is None else "join=%s\n" % (
-               "true" if join else "false"))
+               "true" if join else "false"),
+           tls=tls_lines(tls_dir, node_id))
+
+
+def tls_lines(tls_dir, node_id):
+    """The [cluster] TLS options of node `node_id` with the certificates in
+    `tls_dir` (scripts/cluster-certs.sh's names); `insecure=true` without."""
+    if tls_dir is None:
+        return "insecure=true\n"
+    return ('tls-ca="{d}/ca.pem"\ntls-certificate="{d}/node-{i}.pem"\n'
+            'tls-key="{d}/node-{i}.key"\n').format(
+                d=os.path.abspath(tls_dir), i=node_id)
 
 
 def generated_ini(name, host, http_port, data_dir, token):

@@ -25,7 +25,8 @@ from .base import DrillError, Skip, UsageError, http_call, log, \
     parse_duration, parse_size, wait_until
 from .clock import FakeClock, find_libfaketime
 from .cluster import START_TIMEOUT, STOP_TIMEOUT, Cluster, Endpoint, \
-    LocalNode, assert_main_thread, free_ports, pdeathsig_prefix, port_free
+    LocalNode, assert_main_thread, free_ports, make_certs, pdeathsig_prefix, \
+    port_free
 from .config import DRILL_UPSTREAM_CONNECT_TIMEOUT, DRILL_UPSTREAM_TIMEOUT, \
     cluster_section, config_dir_files, config_ports, generated_ini, \
     ini_value, peer_entry, route_sections
@@ -252,6 +253,9 @@ class Drill(FaultSchedule):
                      for k, i in enumerate(ids)}
         peers = [peer_entry(i, peer_hosts[i], ports[i][1], ports[i][2])
                  for i in ids]
+        tls_dir = None
+        if self.clustered and not self.args.insecure:
+            tls_dir = make_certs(os.path.join(self.work_dir, "tls"), ids)
         nodes = []
         for i in ids:
             node_dir = os.path.join(self.work_dir, "node%d" % i)
@@ -262,7 +266,7 @@ class Drill(FaultSchedule):
                                  data_dir, token)
             text += self.route_sections()
             if self.clustered:
-                text += cluster_section(i, peers)
+                text += cluster_section(i, peers, tls_dir=tls_dir)
             with open(ini, "w") as f:
                 f.write(text)
             argv = [self.args.bin, "--config-file=" + ini] + self.node_args()
