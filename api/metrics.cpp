@@ -254,6 +254,9 @@ std::string gateway_metrics::render(const node_metrics& node) const {
            "Background retries dropped at the bound (their records turn "
            "in_doubt at their deadline).",
            c.background_dropped);
+    metric(out, "oncegate_raft_follower_repairs_total", "counter",
+           "Leadership handed over to repair a follower left behind.",
+           c.follower_repairs);
     metric(out, "oncegate_peer_messages_refused_total", "counter",
            "Messages from other nodes refused as malformed (never applied).",
            c.peer_messages_refused);

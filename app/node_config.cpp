@@ -129,6 +129,9 @@ node_config::node_config() {
     .add(cluster_insecure, "insecure",
          "talk to the other nodes in plain text, without authentication "
          "(anyone who reaches the ports controls the cluster)")
+    .add(repair_after, "repair-after",
+         "a follower that answers but stays behind this long is repaired: "
+         "the leader hands leadership to an up-to-date voter (0: never)")
     .add(remote_timeout, "remote-timeout",
          "bound on each request to another node")
     .add(leader_wait, "leader-wait",
@@ -478,6 +481,7 @@ node_config::cluster_opts(std::string& error) const {
     to_ms(heartbeat_timeout).count());
   res.raft.snapshot_threshold = static_cast<uint32_t>(snapshot_threshold);
   res.raft.snapshot_trailing = static_cast<uint32_t>(snapshot_trailing);
+  res.raft.repair_after_ms = static_cast<uint32_t>(to_ms(repair_after).count());
   res.store.max_batch = static_cast<uint32_t>(max_batch);
   res.store.max_pending = static_cast<uint32_t>(max_pending);
   res.store.max_pending_bytes = max_pending_bytes;

@@ -158,6 +158,8 @@ public:
   size_t max_background_bytes =
     routed_service_options{}.max_background_bytes;
   size_t max_outstanding = 4;
+  caf::timespan repair_after = std::chrono::milliseconds(
+    cluster::raft_node_options{}.repair_after_ms);
   /// Mutual TLS between the nodes (Raft and the nodes' actors): the
   /// cluster CA, this node's certificate and key (PEM files).
   std::string cluster_tls_ca;

@@ -28,6 +28,9 @@ struct raft_progress {
   uint64_t proposals_applied = 0;
   uint64_t proposals_failed = 0;
   double proposal_seconds_sum = 0;
+  /// Times this node, leading, handed leadership over to repair a stuck
+  /// follower (`cluster.repair-after`).
+  uint64_t follower_repairs = 0;
 };
 
 } // namespace oncegate

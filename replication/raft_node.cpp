@@ -2,6 +2,7 @@
 #include "common/enum_text.hpp"
 
 #include <atomic>
+#include <unordered_map>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -119,6 +120,15 @@ struct raft_node::impl {
   clock_type::time_point last_step_down;
   uint64_t configuration_index = ~uint64_t{0};
   bool lost = false;
+  /// Per follower: the replicated index it was last seen at while behind,
+  /// and since when (see `raft_node_options::repair_after_ms`).
+  struct lag {
+    raft_index match = 0;
+    clock_type::time_point since;
+  };
+  std::unordered_map<uint64_t, lag> lags;
+  clock_type::time_point last_lag_check;
+  clock_type::time_point last_repair;
 
   impl() {
     std::memset(&loop, 0, sizeof(loop));
@@ -167,6 +177,68 @@ struct raft_node::impl {
     });
   }
 
+  // On the ready leader, twice a second: finds a follower that answers but
+  // stays behind (its match index below the commit index, unchanged for
+  // `repair_after_ms`) and hands leadership to an up-to-date voter. libraft
+  // 0.15 may otherwise leave it behind for good: its own snapshot made it
+  // refuse the leader's install (RAFT_BUSY), after which this leader only
+  // probes below what it kept; a new leader's replication state starts
+  // afresh and sends the snapshot again.
+  void check_followers(raft_status& next) {
+    auto now = clock_type::now();
+    if (opts.repair_after_ms == 0 || now - last_lag_check < std::chrono::milliseconds(500))
+      return;
+    last_lag_check = now;
+    auto bound = std::chrono::milliseconds(opts.repair_after_ms);
+    uint64_t stuck = 0;
+    raft_index stuck_at = 0;
+    for (unsigned i = 0; i < r.configuration.n; ++i) {
+      auto id = r.configuration.servers[i].id;
+      auto& p = r.leader_state.progress[i];
+      if (id == r.id || p.match_index >= r.commit_index || !p.recent_recv) {
+        lags.erase(id);
+        continue;
+      }
+      auto [it, fresh] = lags.try_emplace(id, lag{p.match_index, now});
+      if (fresh || it->second.match != p.match_index) {
+        it->second = lag{p.match_index, now};
+        continue;
+      }
+      if (now - it->second.since >= bound) {
+        stuck = id;
+        stuck_at = p.match_index;
+      }
+    }
+    if (stuck == 0 || transfer_done || now - last_repair < 2 * bound)
+      return;
+    // The target: a voter other than the stuck one that has everything.
+    uint64_t target = 0;
+    for (unsigned i = 0; i < r.configuration.n; ++i) {
+      auto& srv = r.configuration.servers[i];
+      auto& p = r.leader_state.progress[i];
+      if (srv.id != r.id && srv.id != stuck && srv.role == RAFT_VOTER
+          && p.recent_recv && p.match_index >= r.commit_index)
+        target = srv.id;
+    }
+    if (target == 0) {
+      log::cluster()->warn("raft.follower_stuck id={} match={} commit={} "
+                           "(no up-to-date voter to hand leadership to)",
+                           stuck, stuck_at, r.commit_index);
+      last_repair = now;
+      return;
+    }
+    last_repair = now;
+    lags.clear();
+    ++next.follower_repairs;
+    log::cluster()->warn("raft.follower_stuck id={} match={} commit={} "
+                         "repair=transfer to={}",
+                         stuck, stuck_at, r.commit_index, target);
+    do_transfer(target, [stuck](uint64_t leader) {
+      log::cluster()->info("raft.follower_repair id={} new_leader={}", stuck,
+                           leader);
+    });
+  }
+
   // Reads libraft's state; publishes and reports changes.
   void refresh() {
     auto next = current;
@@ -204,6 +276,10 @@ struct raft_node::impl {
     }
     next.leader_ready = next.role == raft_role::leader
                         && ready_term == next.term;
+    if (next.leader_ready)
+      check_followers(next);
+    else
+      lags.clear();
     bool changed = next.role != current.role || next.term != current.term
                    || next.leader_id != current.leader_id
                    || next.leader_ready != current.leader_ready;

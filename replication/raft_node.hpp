@@ -47,6 +47,12 @@ struct raft_node_options {
   /// Proposals queued for the Raft thread at most; beyond, `propose` fails
   /// at once with `RAFT_BUSY`.
   uint32_t max_queued = 4096;
+  /// A follower that answers the leader but whose replicated index stays
+  /// below the commit index this long is stuck (libraft 0.15 can leave one
+  /// behind after a refused snapshot install): the leader hands leadership
+  /// to another up-to-date voter, whose fresh replication state repairs it.
+  /// 0: never.
+  uint32_t repair_after_ms = 10000;
   /// Mutual TLS between the nodes (`tls_transport`); none: plain TCP
   /// (only with `cluster.insecure`).
   std::optional<tls_transport_options> tls;
