@@ -120,6 +120,7 @@ struct raft_node::impl {
   clock_type::time_point last_step_down;
   uint64_t configuration_index = ~uint64_t{0};
   bool lost = false;
+  bool closing = false;
   /// Per follower: the replicated index it was last seen at while behind,
   /// and since when (see `raft_node_options::repair_after_ms`).
   struct lag {
@@ -161,6 +162,9 @@ struct raft_node::impl {
   void close() {
     if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&wake)))
       return;
+    // raft_close turns libraft unavailable on purpose; callbacks it runs
+    // meanwhile (a barrier's) may still refresh: that is no failure.
+    closing = true;
     uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
     uv_check_stop(&poll);
     uv_close(reinterpret_cast<uv_handle_t*>(&poll), nullptr);
@@ -303,9 +307,9 @@ struct raft_node::impl {
       std::lock_guard<std::mutex> guard{status_mtx};
       published = current;
     }
-    // Running means started and not closing (`close` stops this check
-    // before it calls raft_close), so `unavailable` here is for good.
-    if (current.role == raft_role::unavailable && !lost) {
+    // Running means started and not closing, so `unavailable` here is for
+    // good.
+    if (current.role == raft_role::unavailable && !lost && !closing) {
       lost = true;
       log::cluster()->critical("raft.unavailable term={} (libraft stopped "
                                "after an I/O error; restart the node)",

@@ -194,6 +194,22 @@ caf::error not_leader() {
   return make_error(errc::not_leader, "this node is not the ready leader");
 }
 
+// Answers another node's request with what `hdl` answers, from the front
+// itself (never `delegate`): no actor behind the front answers another node,
+// so no other node learns its address. CAF 0.17's BASP broker monitors every
+// local actor that another node holds a proxy of, and a down message that
+// reaches the broker while the middleman stops is never destroyed (brokers
+// do not drain their mailbox at exit). That message holds its actor: for the
+// detached store, `~actor_system` then waits for the store's thread forever.
+template <class T, class Handle, class... Ts>
+caf::result<T> relay(front_pointer self, const Handle& hdl, Ts&&... xs) {
+  auto rp = self->make_response_promise();
+  self->request(hdl, caf::infinite, std::forward<Ts>(xs)...)
+    .then([rp](T& res) mutable { rp.deliver(std::move(res)); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
 // Every message the front accepts may come from another node: a buggy
 // older version or, should a member's certificate be stolen, an impostor.
 // A malformed one is refused and counted, never applied (it must not fail
@@ -282,7 +298,8 @@ caf::behavior front_impl(front_pointer self, node local,
       if (!self->state.ready())
         return not_leader();
       auto& shard = self->state.local.shard_for(req.route, req.key);
-      return self->delegate(shard, claim_atom::value, std::move(req));
+      return relay<claim_result>(self, shard, claim_atom::value,
+                                 std::move(req));
     },
     [self](update_atom, record_update& upd) -> caf::result<update_result> {
       if (auto why = malformed(upd))
@@ -290,7 +307,8 @@ caf::behavior front_impl(front_pointer self, node local,
       if (!self->state.ready())
         return not_leader();
       auto& shard = self->state.local.shard_for(upd.route, upd.key);
-      return self->delegate(shard, update_atom::value, std::move(upd));
+      return relay<update_result>(self, shard, update_atom::value,
+                                  std::move(upd));
     },
     [self](get_atom, std::string& route,
            std::string& key) -> caf::result<lookup_result> {
@@ -299,8 +317,8 @@ caf::behavior front_impl(front_pointer self, node local,
       if (!self->state.ready())
         return not_leader();
       auto& shard = self->state.local.shard_for(route, key);
-      return self->delegate(shard, get_atom::value, std::move(route),
-                            std::move(key));
+      return relay<lookup_result>(self, shard, get_atom::value,
+                                  std::move(route), std::move(key));
     },
     [self](list_atom, std::string& route, record_state state,
            std::string& after, uint32_t limit) -> caf::result<record_page> {
@@ -312,8 +330,9 @@ caf::behavior front_impl(front_pointer self, node local,
         return refuse(self, "list", "bounds");
       if (!self->state.ready())
         return not_leader();
-      return self->delegate(self->state.local.store, list_atom::value,
-                            std::move(route), state, std::move(after), limit);
+      return relay<record_page>(self, self->state.local.store,
+                                list_atom::value, std::move(route), state,
+                                std::move(after), limit);
     },
     // From another node (or this one) at its start: doubt its old records.
     [self](doubt_atom, uint64_t owner,
@@ -322,8 +341,8 @@ caf::behavior front_impl(front_pointer self, node local,
         return refuse(self, "doubt", "owner is no member");
       if (!self->state.ready())
         return not_leader();
-      return self->delegate(self->state.local.store, doubt_atom::value, owner,
-                            before_ms);
+      return relay<uint64_t>(self, self->state.local.store, doubt_atom::value,
+                             owner, before_ms);
     },
     // This node's own start-up doubt (sent to itself, retried).
     [self](doubt_atom) { doubt_own(self); },

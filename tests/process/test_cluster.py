@@ -107,6 +107,11 @@ class ClusterNode(drill_cluster.LocalNode):
         if code is None:
             raise RuntimeError("node did not stop within %ss"
                                % drill_cluster.STOP_TIMEOUT)
+        # The exit watchdog is a last resort that no test may need: its line
+        # means the teardown hung.
+        if self.log_count("node.exit_forced"):
+            raise AssertionError("node %s needed the exit watchdog:\n%s"
+                                 % (self.id, self.log()))
         return code
 
     sigstop = drill_cluster.LocalNode.hang
@@ -945,6 +950,45 @@ class MembershipTest(OwnClusterCase):
         counts = self.up.counts()
         self.assertEqual(counts["total"], 12)
         self.assertEqual(set(counts["keys"].values()), {1})
+
+
+class LongGraceCluster(Cluster):
+    """Nodes whose exit watchdog waits a minute: a teardown that hangs
+    shows as a node that does not stop, not as a forced exit."""
+
+    def ini_text(self, node_id, peer_ids, join=False):
+        return (super().ini_text(node_id, peer_ids, join)
+                + "\n[http]\nshutdown-grace=60s\n")
+
+
+class LeaderShutdownTest(OwnClusterCase):
+    """The teardown hang (docs/cluster.md): a leader whose detached store
+    had answered another node (its start-up doubt) could hang in
+    ~actor_system for good, 13-21 % of leader stops under load; the front
+    now answers other nodes itself. Eight leader stops, each right after
+    every node's doubt was answered by that leader, must each end with 0
+    within the stop bound."""
+
+    def setUp(self):
+        super().setUp()
+        self.cluster = LongGraceCluster(self.tmp.path, self.up.url)
+
+    def test_a_leader_stops_cleanly_after_answering_the_other_nodes(self):
+        lid = self.start_nodes([1, 2, 3], [1, 2, 3])
+        for round in range(8):
+            nodes = [self.cluster.node(i) for i in (1, 2, 3)]
+            self.assertTrue(wait_for(
+                lambda: all(n.log_count("cluster.own_in_flight_doubted")
+                            >= n.starts for n in nodes), 10, 0.05),
+                "the nodes' start-up doubts were not all answered")
+            self.assertEqual(self.post(lid, "stop-%d" % round)[0], 200)
+            leader = self.cluster.node(lid)
+            t0 = time.monotonic()
+            self.assertEqual(leader.stop(), 0, "round %d" % round)
+            self.assertLess(time.monotonic() - t0, 5.0, "round %d" % round)
+            leader.start()
+            lid = self.cluster.wait_leader([1, 2, 3])
+            self.cluster.wait_ready([1, 2, 3])
 
 
 def metric(text, name):
