@@ -599,8 +599,23 @@ status_count() {  # CODE: answers with that status in WRK_RESULT
   echo "$n"
 }
 
+# The 3-node rows twice in one run: mutual TLS between the nodes (the
+# default; sys oncegate_cluster3) and cluster.insecure (sys
+# oncegate_cluster3_insecure), with the TLS/plain ratio of each row.
 sc_cluster() {
-  local dir=$RUN_TMP/cluster ini sys=oncegate_cluster3 ports=() pids=()
+  local row tls plain
+  cluster_run tls oncegate_cluster3
+  cluster_run insecure oncegate_cluster3_insecure
+  for row in cluster3_unloaded cluster3_leader_c50 cluster3_follower_c50; do
+    tls=$(csv_value "$row" oncegate_cluster3 rps)
+    plain=$(csv_value "$row" oncegate_cluster3_insecure rps)
+    [ -z "$tls" ] || [ -z "$plain" ] \
+      || emit "$row" oncegate_cluster3 ratio_to_insecure "$(ratio "$tls" "$plain")" x
+  done
+}
+
+cluster_run() {
+  local mode=$1 sys=$2 dir=$RUN_TMP/cluster-$1 ini ports=() pids=() tlsargs=()
   local http=() i out lport lid term0 term1 fport fid acked=0 base
   local settle index lid1 counts=() t0
   mkdir -p "$dir"
@@ -618,11 +633,23 @@ sc_cluster() {
     echo ']'
     echo 'election-timeout=500ms'
     echo 'heartbeat-timeout=50ms'
+    if [ "$mode" = tls ]; then
+      echo "tls-ca=\"$dir/tls/ca.pem\""
+    else
+      echo 'insecure=true'
+    fi
   } >"$ini"
+  if [ "$mode" = tls ]; then
+    "$ROOT/scripts/cluster-certs.sh" "$dir/tls" 1 2 3 >/dev/null \
+      || die "cluster-certs failed"
+  fi
   t0=$EPOCHREALTIME
   for i in 1 2 3; do
-    start_node "cluster-node$i" "$dir/node$i" --config-file="$ini" \
-      --cluster.id="$i"
+    tlsargs=()
+    [ "$mode" != tls ] || tlsargs=(--cluster.tls-certificate="$dir/tls/node-$i.pem"
+                                   --cluster.tls-key="$dir/tls/node-$i.key")
+    start_node "cluster-$mode-node$i" "$dir/node$i" --config-file="$ini" \
+      --cluster.id="$i" "${tlsargs[@]}"
     pids[i]=$NODE_PID
     http[i]=$NODE_PORT
   done
@@ -635,15 +662,15 @@ sc_cluster() {
   done
   log "cluster ready $(elapsed_since "$t0")s after the first node's start: leader node $lid (port $lport, term $term0), follower node $fid (port $fport)"
 
-  run_wrk cluster-unloaded 200 1 1 "$SECS" unique.lua "$lport"
+  run_wrk "cluster-$mode-unloaded" 200 1 1 "$SECS" unique.lua "$lport"
   emit_wrk cluster3_unloaded "$sys"
   acked=$((acked + $(status_count 200)))
   base=$(csv_value unique_c50 oncegate rps)
-  run_wrk cluster-leader 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$lport"
+  run_wrk "cluster-$mode-leader" 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$lport"
   emit_wrk cluster3_leader_c50 "$sys"
   acked=$((acked + $(status_count 200)))
   [ -z "$base" ] || emit cluster3_leader_c50 "$sys" ratio_to_single "$(ratio "$(kv rps)" "$base")" x
-  run_wrk cluster-follower 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$fport"
+  run_wrk "cluster-$mode-follower" 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$fport"
   emit_wrk cluster3_follower_c50 "$sys"
   acked=$((acked + $(status_count 200)))
   [ -z "$base" ] || emit cluster3_follower_c50 "$sys" ratio_to_single "$(ratio "$(kv rps)" "$base")" x

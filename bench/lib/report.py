@@ -52,7 +52,8 @@ SCENARIOS = [
      "request a new key."),
     ("cluster3_leader_c50", "9b. 3-node cluster: unique keys via the leader",
      "wrk -t2 -c50 unique.lua against the leader's HTTP port. "
-     "ratio_to_single = req/s / the single node's req/s of 2a."),
+     "ratio_to_single = req/s / the single node's req/s of 2a; "
+     "ratio_to_insecure = TLS req/s / plain req/s, same run."),
     ("cluster3_follower_c50",
      "9c. 3-node cluster: unique keys via a follower",
      "As 9b against a follower's HTTP port: the follower forwards every "
@@ -71,7 +72,9 @@ SYSTEM_NAMES = {
     "redis_always": "Redis (appendfsync always)",
     "redis_everysec": "Redis (appendfsync everysec)",
     "nginx": "nginx return 200",
-    "oncegate_cluster3": "oncegate, 3-node cluster",
+    "oncegate_cluster3": "oncegate, 3-node cluster (mutual TLS)",
+    "oncegate_cluster3_insecure": "oncegate, 3-node cluster (plain, "
+                                  "cluster.insecure)",
 }
 
 THROUGHPUT_ROWS = ["unique_c50", "cluster3_leader_c50", "cluster3_follower_c50",
