@@ -293,6 +293,10 @@ int run_node(int argc, char** argv, const run_options& ro) {
   }
   if (copts) {
     cfg.load<caf::io::middleman>();
+    if (auto err = cluster::prepare_peer_tls(cfg, *copts)) {
+      std::cerr << "oncegate: " << describe(err) << '\n';
+      return 2;
+    }
     // A hung peer (SIGSTOP, a frozen VM) is detected only with heartbeats.
     cfg.set("middleman.heartbeat-interval",
             caf::timespan{std::chrono::milliseconds(200)});
@@ -311,6 +315,11 @@ int run_node(int argc, char** argv, const run_options& ro) {
                          "cluster ports can release keys and take over the "
                          "cluster (set cluster.tls-*, docs/cluster.md)");
   caf::actor_system sys{cfg};
+  if (copts)
+    if (auto err = cluster::check_peer_tls(sys, *copts)) {
+      log::cluster()->critical("node.start_failed error={}", describe(err));
+      return 1;
+    }
   // One clock for the whole node (see `node_clock`).
   auto node_time = std::make_shared<node_clock>();
   auto clock = read_clock(node_time);

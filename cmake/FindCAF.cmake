@@ -4,11 +4,13 @@
 # look for the headers and libraries ourselves and create imported targets:
 #   CAF::core  (libcaf_core)
 #   CAF::io    (libcaf_io, links CAF::core)
+#   CAF::openssl (libcaf_openssl, links CAF::io and OpenSSL)
 # Variables: CAF_FOUND, CAF_INCLUDE_DIR, CAF_VERSION (e.g. 0.17.6).
 
 find_path(CAF_INCLUDE_DIR NAMES caf/all.hpp caf/config.hpp)
 find_library(CAF_CORE_LIBRARY NAMES caf_core)
 find_library(CAF_IO_LIBRARY NAMES caf_io)
+find_library(CAF_OPENSSL_LIBRARY NAMES caf_openssl)
 
 if(CAF_INCLUDE_DIR AND EXISTS "${CAF_INCLUDE_DIR}/caf/config.hpp")
   file(STRINGS "${CAF_INCLUDE_DIR}/caf/config.hpp" _caf_version_line
@@ -24,6 +26,7 @@ endif()
 include(FindPackageHandleStandardArgs)
 find_package_handle_standard_args(CAF
   REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+                CAF_OPENSSL_LIBRARY
   VERSION_VAR CAF_VERSION)
 
 if(CAF_FOUND)
@@ -40,5 +43,13 @@ if(CAF_FOUND)
       INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}"
       INTERFACE_LINK_LIBRARIES CAF::core)
   endif()
+  if(NOT TARGET CAF::openssl)
+    add_library(CAF::openssl UNKNOWN IMPORTED)
+    set_target_properties(CAF::openssl PROPERTIES
+      IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES CAF::io)
+  endif()
 endif()
-mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY)
+mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+                 CAF_OPENSSL_LIBRARY)

@@ -12,17 +12,21 @@ extern "C" {
 }
 
 #include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/publish.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
 #include "common/errc.hpp"
 #include "common/mutant.hpp"
 #include "common/logging.hpp"
+#include "routing/peer_tls.hpp"
 
 namespace oncegate::cluster {
 
@@ -105,8 +109,8 @@ peer parse_peer(const std::string& text, std::string& error) {
 }
 
 peer_links::peer_links(caf::actor_system& sys, std::vector<peer> peers,
-                       caf::timespan timeout)
-  : sys_(sys), peers_(std::move(peers)), timeout_(timeout) {
+                       caf::timespan timeout, bool tls)
+  : sys_(sys), peers_(std::move(peers)), timeout_(timeout), tls_(tls) {
   // nop
 }
 
@@ -132,7 +136,9 @@ caf::actor peer_links::get(caf::event_based_actor* self, uint64_t id) {
     log::cluster()->warn("cluster.unknown_peer id={}", id);
     return {};
   }
-  auto mm = sys_.middleman().actor_handle();
+  // Over TLS when the node is (the OpenSSL module is loaded only then).
+  auto mm = tls_ ? sys_.openssl_manager().actor_handle()
+                 : sys_.middleman().actor_handle();
   self->request(mm, timeout_, caf::connect_atom::value, p->host, p->port)
     .then(
       [this, id](const caf::node_id&, caf::strong_actor_ptr& ptr,
@@ -420,6 +426,41 @@ void cluster_node::shutdown() {
   caf::anon_send_exit(front, caf::exit_reason::user_shutdown);
 }
 
+caf::error prepare_peer_tls(caf::actor_system_config& cfg,
+                            const cluster_options& copts) {
+  if (!copts.raft.tls)
+    return caf::none;
+  cfg.load<caf::openssl::manager>();
+  tls::policy_config pc;
+  pc.self_id = copts.id;
+  pc.ca_file = copts.raft.tls->ca_file;
+  pc.cert_file = copts.raft.tls->cert_file;
+  pc.key_file = copts.raft.tls->key_file;
+  pc.handshake_timeout = copts.raft.tls->handshake_timeout;
+  for (auto& p : copts.peers)
+    pc.members.push_back({p.id, p.host, p.port});
+  std::string error;
+  if (!tls::configure(cfg, pc, error))
+    return make_error(errc::invalid_argument, "cluster tls: " + error);
+  tls::set_event_handler([](const tls::event& ev) {
+    if (ev.kind == tls::event::accepted)
+      log::cluster()->debug("peer_tls.{}", tls::to_string(ev));
+    else
+      log::cluster()->warn("peer_tls.{}", tls::to_string(ev));
+  });
+  return caf::none;
+}
+
+caf::error check_peer_tls(caf::actor_system& sys,
+                          const cluster_options& copts) {
+  if (!copts.raft.tls)
+    return caf::none;
+  std::string error;
+  if (!tls::self_test(sys, error))
+    return make_error(errc::invalid_argument, "cluster tls: " + error);
+  return caf::none;
+}
+
 caf::expected<std::unique_ptr<cluster_node>>
 start_cluster_node(caf::actor_system& sys, node_options opts,
                    cluster_options copts, cluster_hooks hooks,
@@ -518,13 +559,17 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     *registries = result->local.registries;
   }
   result->links = std::make_shared<peer_links>(sys, copts.peers,
-                                               copts.remote_timeout);
+                                               copts.remote_timeout,
+                                               copts.raft.tls.has_value());
   result->front = sys.spawn(front_impl, result->local, result->raft,
                             result->links, copts,
                             std::max(*log_clock + 1, now()),
                             result->refused_messages);
-  auto port = sys.middleman().publish(result->front, self_peer->port,
-                                      self_peer->host.c_str(), true);
+  auto port = copts.raft.tls
+                ? caf::openssl::publish(result->front, self_peer->port,
+                                        self_peer->host.c_str(), true)
+                : sys.middleman().publish(result->front, self_peer->port,
+                                          self_peer->host.c_str(), true);
   if (!port) {
     result->shutdown();
     return make_error(errc::storage_failure,

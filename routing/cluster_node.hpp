@@ -57,7 +57,7 @@ struct cluster_options {
 class peer_links {
 public:
   peer_links(caf::actor_system& sys, std::vector<peer> peers,
-             caf::timespan timeout);
+             caf::timespan timeout, bool tls = false);
 
   /// The front actor of `id` if connected; otherwise starts connecting
   /// (from `self`, asynchronously) and returns an invalid handle.
@@ -77,6 +77,8 @@ private:
   caf::actor_system& sys_;
   std::vector<peer> peers_;
   caf::timespan timeout_;
+  /// Connect through libcaf_openssl's manager instead of the middleman.
+  bool tls_ = false;
   std::mutex mtx_;
   std::unordered_map<uint64_t, caf::actor> links_;
   std::unordered_set<uint64_t> connecting_;
@@ -117,6 +119,18 @@ struct cluster_hooks {
   /// exit so that its supervisor restarts it.
   std::function<void()> on_unavailable;
 };
+
+/// Prepares the node's CAF connections to the other nodes for mutual TLS
+/// (libcaf_openssl with the node-identity policy of `peer_tls.hpp`) when
+/// `copts.raft.tls` is set: loads the OpenSSL module and checks the
+/// certificates. Call it before creating the actor system.
+caf::error prepare_peer_tls(caf::actor_system_config& cfg,
+                            const cluster_options& copts);
+
+/// After the actor system exists: proves the policy is in force (the
+/// OpenSSL calls of libcaf_openssl reach it).
+caf::error check_peer_tls(caf::actor_system& sys,
+                          const cluster_options& copts);
 
 /// Opens the database under `opts.data_dir` (Raft log in `raft/` beside
 /// it), starts Raft, spawns the actors and publishes the front actor.

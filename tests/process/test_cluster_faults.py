@@ -418,7 +418,7 @@ class FaultsTest(SharedClusterCase):
               "leadership_lost by node: %s"
               % (self.TRANSFERS, traffic.summary(), lost), file=sys.stderr)
         self.assertEqual(
-            {k: (e["status"], e.get("body", b"")[:100])
+            {k: (e["status"], e.get("body", b"")[:100], e["attempts"])
              for k, e in traffic.keys.items() if e["status"] != 200}, {},
             "keys not answered 200")
         self.cluster.wait_converged()
