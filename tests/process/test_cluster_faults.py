@@ -32,6 +32,7 @@ import http.client
 import json
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -384,6 +385,39 @@ class FaultsTest(SharedClusterCase):
             self.assert_nothing_left_in_flight([1, 2, 3], "lostanswer-")
 
     TRANSFERS = 8
+
+    def test_certificates_are_renewed_by_a_rolling_restart(self):
+        """Rotation without downtime (docs/cluster.md): every node gets a
+        new certificate from the same CA (scripts/cluster-certs.sh
+        --renew) and is restarted one at a time under traffic; decisions
+        go on through each restart, every key is executed once, and each
+        node serves the new certificate."""
+        tls = self.cluster.tls_dir
+        script = os.path.join(os.path.dirname(__file__), "..", "..",
+                              "scripts", "cluster-certs.sh")
+
+        def pem(i):
+            with open(os.path.join(tls, "node-%d.pem" % i), "rb") as f:
+                return f.read()
+
+        traffic = Traffic(self.cluster, "renew").start()
+        try:
+            self.assert_decided_from_now(traffic, 20)
+            for i in (1, 2, 3):
+                old = pem(i)
+                subprocess.run([script, "--renew", tls, str(i)], check=True,
+                               capture_output=True, timeout=60)
+                self.assertNotEqual(pem(i), old)
+                node = self.cluster.node(i)
+                self.assertEqual(node.stop(), 0)
+                node.start()
+                self.cluster.wait_leader()
+                self.assert_decided_from_now(traffic, 20,
+                                             "after renewing node %d" % i)
+        finally:
+            self.assertTrue(traffic.stop(), "senders did not stop")
+        self.cluster.wait_converged()
+        self.assert_traffic_once(traffic)
 
     @with_logs
     def test_unique_keys_through_leadership_transfers_execute_once(self):
