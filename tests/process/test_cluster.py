@@ -30,6 +30,9 @@ import contextlib
 import json
 import os
 import sqlite3
+import ssl
+import subprocess
+import socket
 import sys
 import threading
 import time
@@ -989,6 +992,82 @@ class LeaderShutdownTest(OwnClusterCase):
             leader.start()
             lid = self.cluster.wait_leader([1, 2, 3])
             self.cluster.wait_ready([1, 2, 3])
+
+
+class ShippedConfigTest(unittest.TestCase):
+    """The shipped cluster-config/three-node, as an operator starts it with
+    scripts/cluster.sh (mutual TLS, its certificates made on start), on free
+    ports and a temp data dir: a signal through one follower is 200, the
+    same through the other 409, and every node serves its cluster ports
+    over TLS only."""
+
+    def test_the_shipped_three_node_config_runs_over_tls(self):
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "..", "..")
+        tmp = TempDir()
+        self.addCleanup(tmp.cleanup)
+        conf = os.path.join(tmp.path, "three-node")
+        os.makedirs(conf)
+        ports = free_ports(9)
+        # Every shipped port gets a free one; data under the temp dir.
+        shipped = {8081 + i: ports[i] for i in range(3)}
+        shipped.update({7101 + i: ports[3 + i] for i in range(3)})
+        shipped.update({7201 + i: ports[6 + i] for i in range(3)})
+        for i in (1, 2, 3):
+            with open(os.path.join(root, "cluster-config", "three-node",
+                                   "node%d.ini" % i)) as f:
+                text = f.read()
+            for old, new in shipped.items():
+                text = text.replace(":%d" % old, ":%d" % new).replace(
+                    "http-port=%d" % old, "http-port=%d" % new)
+            text = text.replace("./data/three-node",
+                                os.path.join(tmp.path, "data"))
+            with open(os.path.join(conf, "node%d.ini" % i), "w") as f:
+                f.write(text)
+        env = dict(os.environ, ONCEGATE_BIN=os.path.abspath(BIN))
+        script = os.path.join(root, "scripts", "cluster.sh")
+
+        def cluster_sh(cmd):
+            return subprocess.run([script, cmd, conf], env=env,
+                                  capture_output=True, text=True, timeout=90)
+
+        self.addCleanup(cluster_sh, "stop")
+        out = cluster_sh("start")
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertTrue(os.path.exists(
+            os.path.join(tmp.path, "data", "tls", "node-3.key")))
+        statuses = {}
+        for i in (1, 2, 3):
+            status, _, body = http_call("127.0.0.1", ports[i - 1], "GET",
+                                        "/v1/cluster", None, {}, 5)
+            self.assertEqual(status, 200, body)
+            statuses[i] = json.loads(body)
+        lid = [i for i, s in statuses.items() if s["role"] == "leader"]
+        self.assertEqual(len(lid), 1, statuses)
+        followers = [i for i in (1, 2, 3) if i != lid[0]]
+        answers = []
+        for i in followers:
+            status, _, _ = http_call(
+                "127.0.0.1", ports[i - 1], "POST", "/v1/webhook",
+                json.dumps({"symbol": "BTCUSD", "action": "buy"}),
+                {"Content-Type": "application/json",
+                 "Idempotency-Key": "shipped-1"}, 10)
+            answers.append(status)
+        self.assertEqual(answers, [200, 409])
+        # The cluster ports speak TLS with the cluster's certificates: a
+        # client holding node 1's pair completes the handshake, the server
+        # proving it is a member (its name is checked by the nodes).
+        tls = os.path.join(tmp.path, "data", "tls")
+        ctx = ssl.create_default_context(cafile=os.path.join(tls, "ca.pem"))
+        ctx.check_hostname = False
+        ctx.load_cert_chain(os.path.join(tls, "node-1.pem"),
+                            os.path.join(tls, "node-1.key"))
+        for port in ports[3:]:
+            with socket.create_connection(("127.0.0.1", port), 2) as raw:
+                with ctx.wrap_socket(raw) as s:
+                    name = s.getpeercert()["subjectAltName"]
+                    self.assertEqual(len(name), 1, name)
+                    self.assertTrue(name[0][1].endswith(".oncegate"), name)
 
 
 def metric(text, name):
