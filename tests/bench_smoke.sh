@@ -56,6 +56,8 @@ cluster3_unloaded oncegate_cluster3
 cluster3_leader_c50 oncegate_cluster3
 cluster3_follower_c50 oncegate_cluster3
 cluster3_store oncegate_cluster3
+cluster3_leader_c50 oncegate_cluster3_insecure
+cluster3_follower_c50 oncegate_cluster3_insecure
 flood_single oncegate
 flood_cluster oncegate_cluster3
 "
@@ -74,6 +76,9 @@ done <<<"$pairs"
 ok=1
 [ -f "$csv" ] && grep -q '^cluster3_store,oncegate_cluster3,records_equal,1,' "$csv" && ok=0
 check "cluster3_store/records_equal" "$ok" "missing or not 1"
+ok=1
+[ -f "$csv" ] && grep -q '^cluster3_leader_c50,oncegate_cluster3,ratio_to_insecure,' "$csv" && ok=0
+check "cluster3_leader_c50/ratio_to_insecure" "$ok" "missing"
 
 # Under the flood, every node's peak RSS stayed within its bound.
 for row in flood_single,oncegate,node flood_cluster,oncegate_cluster3,node1 \

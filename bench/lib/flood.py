@@ -32,7 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 from test_upstream import TestUpstream  # noqa: E402
 from oncegate_drill.base import http_call, wait_until  # noqa: E402
-from oncegate_drill.cluster import Cluster, LocalNode, free_ports  # noqa
+from oncegate_drill.cluster import Cluster, LocalNode, free_ports, \
+    make_certs  # noqa
 from oncegate_drill.config import peer_entry  # noqa: E402
 
 BODY_PAD = 60 * 1024
@@ -118,13 +119,18 @@ def start_cluster(bin_, tmp, url):
     ini = os.path.join(tmp, "cluster.ini")
     peers = ",".join(peer_entry(i, "127.0.0.1", ports[2 * (i - 1)],
                                 ports[2 * (i - 1) + 1]) for i in (1, 2, 3))
+    tls = make_certs(os.path.join(tmp, "tls"), (1, 2, 3))
     with open(ini, "w") as f:
         f.write(route_ini(url))
         f.write("[cluster]\npeers=[%s]\nelection-timeout=500ms\n"
                 "heartbeat-timeout=50ms\nmax-log-bytes=%d\n"
-                % (peers, LOG_BYTES))
+                "tls-ca=\"%s/ca.pem\"\n"
+                % (peers, LOG_BYTES, tls))
     nodes = [Proc(bin_, os.path.join(tmp, "node%d" % i),
-                  node_args(ini) + ["--cluster.id=%d" % i], i)
+                  node_args(ini) + [
+                      "--cluster.id=%d" % i,
+                      "--cluster.tls-certificate=%s/node-%d.pem" % (tls, i),
+                      "--cluster.tls-key=%s/node-%d.key" % (tls, i)], i)
              for i in (1, 2, 3)]
     lid = Cluster(nodes).wait_leader(timeout=60)
     if lid is None:
