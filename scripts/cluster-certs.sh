@@ -11,7 +11,9 @@
 # DNS name node-ID.oncegate (subjectAltName): a node accepts a peer only if
 # the peer's certificate chains to ca.pem and names the id the peer claims.
 # Keys are EC P-256, files 0600; node certificates are valid for
-# ONCEGATE_CERT_DAYS days (default 825), the CA for 3650.
+# ONCEGATE_CERT_DAYS days (default 825), the CA for 3650. Both start a day
+# in the past, so that a node whose clock is behind (a step back, a VM
+# restored from a snapshot) still accepts them.
 set -euo pipefail
 
 renew=0
@@ -40,6 +42,25 @@ mkdir -p "$dir"
 umask 077
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+start=$(date -u -d '-1 day' +%Y%m%d%H%M%SZ)
+
+# sign CSR OUT DAYS EXTFILE ARGS...: `openssl ca` (it can backdate the
+# start, `openssl x509 -req` cannot) with a throw-away database.
+sign() {
+  local csr=$1 out=$2 days=$3 ext=$4
+  shift 4
+  rm -rf "$tmp/db" && mkdir "$tmp/db" && touch "$tmp/db/index.txt"
+  openssl rand -hex 16 >"$tmp/db/serial"
+  printf '%s\n' "[ca]" "default_ca = cluster" "[cluster]" \
+    "database = $tmp/db/index.txt" "new_certs_dir = $tmp/db" \
+    "serial = $tmp/db/serial" "default_md = sha256" "policy = any" \
+    "unique_subject = no" "copy_extensions = none" "[any]" \
+    "commonName = supplied" >"$tmp/db/ca.cnf"
+  openssl ca -batch -notext -config "$tmp/db/ca.cnf" -in "$csr" -out "$out" \
+    -startdate "$start" \
+    -enddate "$(date -u -d "+$days days" +%Y%m%d%H%M%SZ)" \
+    -extfile "$ext" "$@" 2>/dev/null
+}
 
 if [[ ! -f $dir/ca.pem || ! -f $dir/ca.key ]]; then
   if [[ -f $dir/ca.pem || -f $dir/ca.key ]]; then
@@ -47,11 +68,13 @@ if [[ ! -f $dir/ca.pem || ! -f $dir/ca.key ]]; then
     exit 1
   fi
   openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/ca.key"
-  openssl req -x509 -new -key "$tmp/ca.key" -sha256 -days 3650 \
-    -subj "/CN=oncegate cluster CA" \
-    -addext "basicConstraints=critical,CA:TRUE,pathlen:0" \
-    -addext "keyUsage=critical,keyCertSign,cRLSign" \
-    -out "$tmp/ca.pem" 2>/dev/null
+  openssl req -new -key "$tmp/ca.key" -subj "/CN=oncegate cluster CA" \
+    -out "$tmp/ca.csr" 2>/dev/null
+  printf '%s\n' "basicConstraints=critical,CA:TRUE,pathlen:0" \
+    "keyUsage=critical,keyCertSign,cRLSign" \
+    "subjectKeyIdentifier=hash" >"$tmp/ca.ext"
+  sign "$tmp/ca.csr" "$tmp/ca.pem" 3650 "$tmp/ca.ext" -selfsign \
+    -keyfile "$tmp/ca.key"
   mv "$tmp/ca.key" "$dir/ca.key"
   mv "$tmp/ca.pem" "$dir/ca.pem"
   chmod 644 "$dir/ca.pem"
@@ -73,9 +96,8 @@ keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth,clientAuth
 subjectAltName=DNS:node-$id.oncegate
 EOF
-  openssl x509 -req -in "$tmp/node.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
-    -CAcreateserial -CAserial "$tmp/ca.srl" -days "$days" -sha256 \
-    -extfile "$tmp/ext.cnf" -out "$tmp/node.pem" 2>/dev/null
+  sign "$tmp/node.csr" "$tmp/node.pem" "$days" "$tmp/ext.cnf" \
+    -cert "$dir/ca.pem" -keyfile "$dir/ca.key"
   # Replaced by rename: a node reading the files sees the old or the new.
   mv "$tmp/node.key" "$key.new"
   mv "$tmp/node.pem" "$pem.new"
