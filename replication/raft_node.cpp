@@ -1,27 +1,21 @@
 #include "replication/raft_node.hpp"
-#include "common/enum_text.hpp"
 
-#include <atomic>
-#include <unordered_map>
-#include <chrono>
+// The Raft node's loop (raft_node_impl.hpp): start (libraft over its
+// transport, plain TCP or tls_transport, on its own libuv thread) and
+// stop, the queue other threads post to, proposals, and reading libraft's
+// state after every loop turn (roles, the barrier of a new leader, the
+// step-down of a leader that cannot apply), published for other threads.
+// Membership changes, transfers and the stuck-follower repair are
+// raft_membership.cpp.
+
 #include <csignal>
-#include <cstring>
-#include <deque>
 #include <filesystem>
-#include <mutex>
-#include <thread>
 #include <system_error>
 
-// libraft 0.15's headers lack extern "C" guards.
-extern "C" {
-#include <raft.h>
-#include <raft/uv.h>
-#include <uv.h>
-}
-
-#include "replication/raft_fsm.hpp"
+#include "common/enum_text.hpp"
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "replication/raft_node_impl.hpp"
 
 namespace oncegate::cluster {
 
@@ -47,9 +41,20 @@ const char* raft_role_name(int role) {
   return known ? member_role_names[role] : "unknown";
 }
 
+namespace detail {
+
+struct proposal {
+  struct ::raft_apply req;
+  proposal_done done;
+  clock_type::time_point started;
+};
+
+} // namespace detail
+
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using detail::clock_type;
+using detail::proposal;
 
 raft_role role_of(int state) {
   switch (state) {
@@ -64,420 +69,214 @@ raft_role role_of(int state) {
   }
 }
 
-struct proposal {
-  struct ::raft_apply req;
-  proposal_done done;
-  clock_type::time_point started;
-};
-
-struct change_request {
-  ::raft_change req;
-  std::function<void(int)> done;
-};
-
 } // namespace
 
-struct raft_node::impl {
-  raft_node_options opts;
-  raft_hooks hooks;
-  std::unique_ptr<raft_fsm_adapter> adapter;
-
-  uv_loop_t loop;
-  uv_async_t wake;
-  uv_check_t poll;
-  uv_timer_t tick;
-  ::raft_uv_transport transport;
-  ::raft_io io;
-  ::raft r;
-  struct ::raft_barrier barrier;
-  /// The one transfer request (see `do_transfer`) and its caller's callback
-  /// while a transfer runs.
-  struct ::raft_transfer transfer;
-  std::function<void(uint64_t)> transfer_done;
-  bool barrier_pending = false;
-  std::thread thread;
-
-  // Work handed over by other threads.
-  std::mutex queue_mtx;
-  std::deque<std::function<void()>> queue;
-  bool stopping = false;
-
-  // Published state.
-  mutable std::mutex status_mtx;
-  raft_status published;
-
-  std::atomic<uint8_t> brief_role{0};
-  std::atomic<uint64_t> brief_leader{0};
-  std::atomic<bool> brief_ready{false};
-
-  // Raft-thread view (no lock needed on the thread).
-  raft_status current;
-  uint64_t ready_term = 0;
-  /// Apply failures seen while not leader (or when stepping down last);
-  /// more than these while leading make the node hand leadership over.
-  uint64_t step_down_failures = 0;
-  bool stepping_down = false;
-  clock_type::time_point last_step_down;
-  uint64_t configuration_index = ~uint64_t{0};
-  bool lost = false;
-  bool closing = false;
-  /// Per follower: the replicated index it was last seen at while behind,
-  /// and since when (see `raft_node_options::repair_after_ms`).
-  struct lag {
-    raft_index match = 0;
-    clock_type::time_point since;
-  };
-  std::unordered_map<uint64_t, lag> lags;
-  clock_type::time_point last_lag_check;
-  clock_type::time_point last_repair;
-
-  impl() {
-    std::memset(&loop, 0, sizeof(loop));
-    std::memset(&wake, 0, sizeof(wake));
-    std::memset(&poll, 0, sizeof(poll));
-    std::memset(&tick, 0, sizeof(tick));
-    std::memset(&transport, 0, sizeof(transport));
-    std::memset(&io, 0, sizeof(io));
-    std::memset(&r, 0, sizeof(r));
-    std::memset(&barrier, 0, sizeof(barrier));
-    std::memset(&transfer, 0, sizeof(transfer));
+void raft_node::impl::drain() {
+  std::deque<std::function<void()>> work;
+  bool stop = false;
+  {
+    std::lock_guard<std::mutex> guard{queue_mtx};
+    work.swap(queue);
+    stop = stopping;
   }
+  for (auto& fn : work)
+    fn();
+  if (stop)
+    close();
+}
 
-  // -- on the Raft thread -----------------------------------------------------
+void raft_node::impl::close() {
+  if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&wake)))
+    return;
+  // raft_close turns libraft unavailable on purpose; callbacks it runs
+  // meanwhile (a barrier's) may still refresh: that is no failure.
+  closing = true;
+  uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
+  uv_check_stop(&poll);
+  uv_close(reinterpret_cast<uv_handle_t*>(&poll), nullptr);
+  uv_timer_stop(&tick);
+  uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
+  r.data = this;
+  raft_close(&r, [](::raft* r) {
+    auto self = static_cast<impl*>(r->data);
+    raft_uv_close(&self->io);
+    if (self->opts.tls)
+      tls_transport_close(&self->transport);
+    else
+      raft_uv_tcp_close(&self->transport);
+  });
+}
 
-  void drain() {
-    std::deque<std::function<void()>> work;
-    bool stop = false;
-    {
-      std::lock_guard<std::mutex> guard{queue_mtx};
-      work.swap(queue);
-      stop = stopping;
-    }
-    for (auto& fn : work)
-      fn();
-    if (stop)
-      close();
-  }
-
-  void close() {
-    if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&wake)))
-      return;
-    // raft_close turns libraft unavailable on purpose; callbacks it runs
-    // meanwhile (a barrier's) may still refresh: that is no failure.
-    closing = true;
-    uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
-    uv_check_stop(&poll);
-    uv_close(reinterpret_cast<uv_handle_t*>(&poll), nullptr);
-    uv_timer_stop(&tick);
-    uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
-    r.data = this;
-    raft_close(&r, [](::raft* r) {
-      auto self = static_cast<impl*>(r->data);
-      raft_uv_close(&self->io);
-      if (self->opts.tls)
-        tls_transport_close(&self->transport);
-      else
-        raft_uv_tcp_close(&self->transport);
+void raft_node::impl::refresh() {
+  auto next = current;
+  next.role = role_of(raft_state(&r));
+  next.term = r.current_term;
+  raft_id lid = 0;
+  const char* laddr = nullptr;
+  raft_leader(&r, &lid, &laddr);
+  next.leader_id = lid;
+  next.leader_address = laddr ? laddr : "";
+  next.commit_index = r.commit_index;
+  next.applied_index = raft_last_applied(&r);
+  next.last_index = r.last_stored;
+  next.apply_failures = adapter->failures();
+  next.snapshots = adapter->snapshots();
+  next.log_bytes = adapter->log_bytes();
+  // A leader that cannot apply (its disk is full, say) would keep leading
+  // while deciding nothing: hand leadership to a voter that can. It keeps
+  // retrying as a follower and catches up once it can write again.
+  if (next.role == raft_role::leader
+      && next.apply_failures > step_down_failures && !stepping_down
+      && clock_type::now() - last_step_down >= std::chrono::seconds(1)) {
+    stepping_down = true;
+    last_step_down = clock_type::now();
+    // Until another node leads, try again (at most once a second).
+    step_down_failures = next.apply_failures - 1;
+    log::cluster()->error("raft.step_down reason=apply_failed failures={}",
+                          next.apply_failures);
+    do_transfer(0, [this](uint64_t leader) {
+      stepping_down = false;
+      log::cluster()->warn("raft.stepped_down new_leader={}", leader);
     });
+  } else if (next.role != raft_role::leader) {
+    step_down_failures = next.apply_failures;
   }
-
-  // On the ready leader, twice a second: finds a follower that answers but
-  // stays behind (its match index below the commit index, unchanged for
-  // `repair_after_ms`) and hands leadership to an up-to-date voter. libraft
-  // 0.15 may otherwise leave it behind for good: its own snapshot made it
-  // refuse the leader's install (RAFT_BUSY), after which this leader only
-  // probes below what it kept; a new leader's replication state starts
-  // afresh and sends the snapshot again.
-  void check_followers(raft_status& next) {
-    auto now = clock_type::now();
-    if (opts.repair_after_ms == 0 || now - last_lag_check < std::chrono::milliseconds(500))
-      return;
-    last_lag_check = now;
-    auto bound = std::chrono::milliseconds(opts.repair_after_ms);
-    uint64_t stuck = 0;
-    raft_index stuck_at = 0;
-    for (unsigned i = 0; i < r.configuration.n; ++i) {
-      auto id = r.configuration.servers[i].id;
-      auto& p = r.leader_state.progress[i];
-      if (id == r.id || p.match_index >= r.commit_index || !p.recent_recv) {
-        lags.erase(id);
-        continue;
-      }
-      auto [it, fresh] = lags.try_emplace(id, lag{p.match_index, now});
-      if (fresh || it->second.match != p.match_index) {
-        it->second = lag{p.match_index, now};
-        continue;
-      }
-      if (now - it->second.since >= bound) {
-        stuck = id;
-        stuck_at = p.match_index;
-      }
-    }
-    if (stuck == 0 || transfer_done || now - last_repair < 2 * bound)
-      return;
-    // The target: a voter other than the stuck one that has everything.
-    uint64_t target = 0;
+  next.leader_ready = next.role == raft_role::leader
+                      && ready_term == next.term;
+  if (next.leader_ready)
+    check_followers(next);
+  else
+    lags.clear();
+  bool changed = next.role != current.role || next.term != current.term
+                 || next.leader_id != current.leader_id
+                 || next.leader_ready != current.leader_ready;
+  auto conf_index = std::max<uint64_t>(r.configuration_index,
+                                       r.configuration_uncommitted_index);
+  if (conf_index != configuration_index) {
+    configuration_index = conf_index;
+    changed = true;
+  }
+  if (next.leader_id != current.leader_id)
+    ++next.leader_changes;
+  if (changed) {
+    next.members.clear();
     for (unsigned i = 0; i < r.configuration.n; ++i) {
       auto& srv = r.configuration.servers[i];
-      auto& p = r.leader_state.progress[i];
-      if (srv.id != r.id && srv.id != stuck && srv.role == RAFT_VOTER
-          && p.recent_recv && p.match_index >= r.commit_index)
-        target = srv.id;
-    }
-    if (target == 0) {
-      log::cluster()->warn("raft.follower_stuck id={} match={} commit={} "
-                           "(no up-to-date voter to hand leadership to)",
-                           stuck, stuck_at, r.commit_index);
-      last_repair = now;
-      return;
-    }
-    last_repair = now;
-    lags.clear();
-    ++next.follower_repairs;
-    log::cluster()->warn("raft.follower_stuck id={} match={} commit={} "
-                         "repair=transfer to={}",
-                         stuck, stuck_at, r.commit_index, target);
-    do_transfer(target, [stuck](uint64_t leader) {
-      log::cluster()->info("raft.follower_repair id={} new_leader={}", stuck,
-                           leader);
-    });
-  }
-
-  // Reads libraft's state; publishes and reports changes.
-  void refresh() {
-    auto next = current;
-    next.role = role_of(raft_state(&r));
-    next.term = r.current_term;
-    raft_id lid = 0;
-    const char* laddr = nullptr;
-    raft_leader(&r, &lid, &laddr);
-    next.leader_id = lid;
-    next.leader_address = laddr ? laddr : "";
-    next.commit_index = r.commit_index;
-    next.applied_index = raft_last_applied(&r);
-    next.last_index = r.last_stored;
-    next.apply_failures = adapter->failures();
-    next.snapshots = adapter->snapshots();
-    next.log_bytes = adapter->log_bytes();
-    // A leader that cannot apply (its disk is full, say) would keep leading
-    // while deciding nothing: hand leadership to a voter that can. It keeps
-    // retrying as a follower and catches up once it can write again.
-    if (next.role == raft_role::leader
-        && next.apply_failures > step_down_failures && !stepping_down
-        && clock_type::now() - last_step_down >= std::chrono::seconds(1)) {
-      stepping_down = true;
-      last_step_down = clock_type::now();
-      // Until another node leads, try again (at most once a second).
-      step_down_failures = next.apply_failures - 1;
-      log::cluster()->error("raft.step_down reason=apply_failed failures={}",
-                            next.apply_failures);
-      do_transfer(0, [this](uint64_t leader) {
-        stepping_down = false;
-        log::cluster()->warn("raft.stepped_down new_leader={}", leader);
-      });
-    } else if (next.role != raft_role::leader) {
-      step_down_failures = next.apply_failures;
-    }
-    next.leader_ready = next.role == raft_role::leader
-                        && ready_term == next.term;
-    if (next.leader_ready)
-      check_followers(next);
-    else
-      lags.clear();
-    bool changed = next.role != current.role || next.term != current.term
-                   || next.leader_id != current.leader_id
-                   || next.leader_ready != current.leader_ready;
-    auto conf_index = std::max<uint64_t>(r.configuration_index,
-                                         r.configuration_uncommitted_index);
-    if (conf_index != configuration_index) {
-      configuration_index = conf_index;
-      changed = true;
-    }
-    if (next.leader_id != current.leader_id)
-      ++next.leader_changes;
-    if (changed) {
-      next.members.clear();
-      for (unsigned i = 0; i < r.configuration.n; ++i) {
-        auto& srv = r.configuration.servers[i];
-        next.members.emplace_back(member{srv.id, srv.address}, srv.role);
-      }
-    }
-    current = std::move(next);
-    {
-      std::lock_guard<std::mutex> guard{status_mtx};
-      published = current;
-    }
-    // Running means started and not closing, so `unavailable` here is for
-    // good.
-    if (current.role == raft_role::unavailable && !lost && !closing) {
-      lost = true;
-      log::cluster()->critical("raft.unavailable term={} (libraft stopped "
-                               "after an I/O error; restart the node)",
-                               current.term);
-      if (hooks.on_unavailable)
-        hooks.on_unavailable();
-    }
-    brief_role.store(static_cast<uint8_t>(current.role),
-                     std::memory_order_release);
-    brief_leader.store(current.leader_id, std::memory_order_release);
-    brief_ready.store(current.leader_ready, std::memory_order_release);
-    if (!changed)
-      return;
-    log::cluster()->info("raft.state role={} term={} leader={} ready={}",
-                         to_string(current.role), current.term,
-                         current.leader_id, current.leader_ready);
-    // A new leader commits nothing of earlier terms until an entry of its
-    // own term commits: the barrier makes sure everything is applied before
-    // the node decides anything.
-    if (current.role == raft_role::leader && ready_term != current.term
-        && !barrier_pending) {
-      barrier_pending = true;
-      barrier.data = this;
-      auto term = current.term;
-      auto rv = raft_barrier(&r, &barrier, [](struct ::raft_barrier* req, int st) {
-        auto self = static_cast<impl*>(req->data);
-        self->barrier_pending = false;
-        if (st == 0 && raft_state(&self->r) == RAFT_LEADER)
-          self->ready_term = self->r.current_term;
-        else
-          log::cluster()->warn("raft.barrier_failed status={}",
-                               raft_strerror(st));
-        self->refresh();
-      });
-      if (rv != 0) {
-        barrier_pending = false;
-        log::cluster()->warn("raft.barrier_failed term={} status={}", term,
-                             raft_strerror(rv));
-      }
-    }
-    if (hooks.on_change)
-      hooks.on_change(current);
-  }
-
-  void do_propose(std::string& entry, proposal_done& done) {
-    auto p = new proposal{};
-    p->done = std::move(done);
-    p->started = clock_type::now();
-    p->req.data = this;
-    ::raft_buffer buf;
-    buf.len = entry.size();
-    buf.base = raft_malloc(entry.size());
-    if (buf.base == nullptr) {
-      finish(p, RAFT_NOMEM, nullptr);
-      return;
-    }
-    std::memcpy(buf.base, entry.data(), entry.size());
-    auto rv = raft_apply(&r, &p->req, &buf, 1,
-                         [](struct ::raft_apply* req, int st, void* result) {
-                           auto p = reinterpret_cast<proposal*>(req);
-                           static_cast<impl*>(req->data)->finish(p, st,
-                                                                 result);
-                         });
-    if (rv != 0) {
-      raft_free(buf.base);
-      finish(p, rv, nullptr);
+      next.members.emplace_back(member{srv.id, srv.address}, srv.role);
     }
   }
-
-  void finish(proposal* p, int status, void* result) {
-    std::unique_ptr<proposal> guard{p};
-    // Owned by the FSM adapter, valid during this call (see raft_fsm.hpp).
-    auto res = static_cast<std::vector<persistence::command_result>*>(result);
-    auto secs = std::chrono::duration<double>(clock_type::now() - p->started)
-                  .count();
-    if (status == 0 && res) {
-      ++current.proposals_applied;
-    } else {
-      ++current.proposals_failed;
-      if (status == 0)
-        status = RAFT_IOERR; // applied, but the FSM failed on it
-    }
-    current.proposal_seconds_sum += secs;
-    {
-      std::lock_guard<std::mutex> lock{status_mtx};
-      published.proposals_applied = current.proposals_applied;
-      published.proposals_failed = current.proposals_failed;
-      published.proposal_seconds_sum = current.proposal_seconds_sum;
-    }
-    p->done(status, res ? std::move(*res)
-                        : std::vector<persistence::command_result>{});
+  current = std::move(next);
+  {
+    std::lock_guard<std::mutex> guard{status_mtx};
+    published = current;
   }
-
-  // Hands leadership to `id` (0: any voter); `done` gets the leader
-  // afterwards, or 0 when the transfer could not start.
-  // libraft sends the TimeoutNow of a transfer through the `raft_io_send`
-  // inside the `raft_transfer` given to it, without a callback; towards an
-  // unreachable voter that send waits in the peer's queue and is read
-  // (evicted, cancelled) after the transfer ended. So the request is never
-  // freed while the loop runs: one lives as long as the node, reused by
-  // each transfer (libraft runs one at a time). Freeing it in its callback
-  // crashed a leader that stepped down towards a dead voter.
-  void do_transfer(uint64_t id, std::function<void(uint64_t)> done) {
-    if (transfer_done) {
-      log::cluster()->warn("raft.transfer_refused target={} reason=running",
-                           id);
-      done(0);
-      return;
-    }
-    transfer_done = std::move(done);
-    transfer.data = this;
-    auto rv = raft_transfer(&r, &transfer, id, [](struct ::raft_transfer* req) {
+  // Running means started and not closing, so `unavailable` here is for
+  // good.
+  if (current.role == raft_role::unavailable && !lost && !closing) {
+    lost = true;
+    log::cluster()->critical("raft.unavailable term={} (libraft stopped "
+                             "after an I/O error; restart the node)",
+                             current.term);
+    if (hooks.on_unavailable)
+      hooks.on_unavailable();
+  }
+  brief_role.store(static_cast<uint8_t>(current.role),
+                   std::memory_order_release);
+  brief_leader.store(current.leader_id, std::memory_order_release);
+  brief_ready.store(current.leader_ready, std::memory_order_release);
+  if (!changed)
+    return;
+  log::cluster()->info("raft.state role={} term={} leader={} ready={}",
+                       to_string(current.role), current.term,
+                       current.leader_id, current.leader_ready);
+  // A new leader commits nothing of earlier terms until an entry of its
+  // own term commits: the barrier makes sure everything is applied before
+  // the node decides anything.
+  if (current.role == raft_role::leader && ready_term != current.term
+      && !barrier_pending) {
+    barrier_pending = true;
+    barrier.data = this;
+    auto term = current.term;
+    auto rv = raft_barrier(&r, &barrier, [](struct ::raft_barrier* req, int st) {
       auto self = static_cast<impl*>(req->data);
-      raft_id lid = 0;
-      const char* addr = nullptr;
-      raft_leader(&self->r, &lid, &addr);
-      auto done = std::move(self->transfer_done);
-      self->transfer_done = nullptr;
-      done(lid);
+      self->barrier_pending = false;
+      if (st == 0 && raft_state(&self->r) == RAFT_LEADER)
+        self->ready_term = self->r.current_term;
+      else
+        log::cluster()->warn("raft.barrier_failed status={}",
+                             raft_strerror(st));
+      self->refresh();
     });
     if (rv != 0) {
-      log::cluster()->warn("raft.transfer_failed target={} status={}", id,
+      barrier_pending = false;
+      log::cluster()->warn("raft.barrier_failed term={} status={}", term,
                            raft_strerror(rv));
-      auto done = std::move(transfer_done);
-      transfer_done = nullptr;
-      done(0);
     }
   }
+  if (hooks.on_change)
+    hooks.on_change(current);
+}
 
-  void do_change(int kind, uint64_t id, const std::string& address, int role,
-                 std::function<void(int)>& done) {
-    auto c = new change_request{};
-    c->done = std::move(done);
-    auto cb = [](::raft_change* req, int st) {
-      std::unique_ptr<change_request> c{
-        reinterpret_cast<change_request*>(req)};
-      c->done(st);
-    };
-    int rv = 0;
-    switch (kind) {
-      case 0:
-        rv = raft_add(&r, &c->req, id, address.c_str(), cb);
-        break;
-      case 1:
-        rv = raft_assign(&r, &c->req, id, role, cb);
-        break;
-      default:
-        rv = raft_remove(&r, &c->req, id, cb);
-    }
-    if (rv != 0) {
-      std::unique_ptr<change_request> guard{c};
-      c->done(rv);
-    }
+void raft_node::impl::do_propose(std::string& entry,
+                                  proposal_done& done) {
+  auto p = new proposal{};
+  p->done = std::move(done);
+  p->started = clock_type::now();
+  p->req.data = this;
+  ::raft_buffer buf;
+  buf.len = entry.size();
+  buf.base = raft_malloc(entry.size());
+  if (buf.base == nullptr) {
+    finish(p, RAFT_NOMEM, nullptr);
+    return;
   }
-
-  // -- any thread -------------------------------------------------------------
-
-  bool post(std::function<void()> fn, bool bounded) {
-    {
-      std::lock_guard<std::mutex> guard{queue_mtx};
-      if (stopping || (bounded && queue.size() >= opts.max_queued))
-        return false;
-      queue.emplace_back(std::move(fn));
-    }
-    uv_async_send(&wake);
-    return true;
+  std::memcpy(buf.base, entry.data(), entry.size());
+  auto rv = raft_apply(&r, &p->req, &buf, 1,
+                       [](struct ::raft_apply* req, int st, void* result) {
+                         auto p = reinterpret_cast<proposal*>(req);
+                         static_cast<impl*>(req->data)->finish(p, st,
+                                                               result);
+                       });
+  if (rv != 0) {
+    raft_free(buf.base);
+    finish(p, rv, nullptr);
   }
-};
+}
+
+void raft_node::impl::finish(proposal* p, int status, void* result) {
+  std::unique_ptr<proposal> guard{p};
+  // Owned by the FSM adapter, valid during this call (see raft_fsm.hpp).
+  auto res = static_cast<std::vector<persistence::command_result>*>(result);
+  auto secs = std::chrono::duration<double>(clock_type::now() - p->started)
+                .count();
+  if (status == 0 && res) {
+    ++current.proposals_applied;
+  } else {
+    ++current.proposals_failed;
+    if (status == 0)
+      status = RAFT_IOERR; // applied, but the FSM failed on it
+  }
+  current.proposal_seconds_sum += secs;
+  {
+    std::lock_guard<std::mutex> lock{status_mtx};
+    published.proposals_applied = current.proposals_applied;
+    published.proposals_failed = current.proposals_failed;
+    published.proposal_seconds_sum = current.proposal_seconds_sum;
+  }
+  p->done(status, res ? std::move(*res)
+                      : std::vector<persistence::command_result>{});
+}
+
+bool raft_node::impl::post(std::function<void()> fn, bool bounded) {
+  {
+    std::lock_guard<std::mutex> guard{queue_mtx};
+    if (stopping || (bounded && queue.size() >= opts.max_queued))
+      return false;
+    queue.emplace_back(std::move(fn));
+  }
+  uv_async_send(&wake);
+  return true;
+}
 
 raft_node::raft_node(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
   // nop
@@ -608,68 +407,6 @@ void raft_node::propose(std::string entry, proposal_done done) {
     true);
   if (!ok)
     (*shared)(RAFT_BUSY, {});
-}
-
-void raft_node::add(uint64_t id, std::string address,
-                    std::function<void(int)> done) {
-  auto self = impl_.get();
-  auto shared = std::make_shared<std::function<void(int)>>(std::move(done));
-  if (!self->post([self, id, address, shared] {
-        self->do_change(0, id, address, 0, *shared);
-      },
-                  false))
-    (*shared)(RAFT_SHUTDOWN);
-}
-
-void raft_node::add_voter(uint64_t id, std::string address,
-                          std::function<void(int)> done) {
-  auto self = impl_.get();
-  auto shared = std::make_shared<std::function<void(int)>>(std::move(done));
-  if (!self->post(
-        [self, id, address, shared] {
-          std::function<void(int)> then = [self, id, shared](int status) {
-            if (status != 0) {
-              (*shared)(status);
-              return;
-            }
-            std::function<void(int)> last = *shared;
-            self->do_change(1, id, {}, RAFT_VOTER, last);
-          };
-          self->do_change(0, id, address, 0, then);
-        },
-        false))
-    (*shared)(RAFT_SHUTDOWN);
-}
-
-void raft_node::assign(uint64_t id, int role, std::function<void(int)> done) {
-  auto self = impl_.get();
-  auto shared = std::make_shared<std::function<void(int)>>(std::move(done));
-  if (!self->post([self, id, role, shared] {
-        self->do_change(1, id, {}, role, *shared);
-      },
-                  false))
-    (*shared)(RAFT_SHUTDOWN);
-}
-
-void raft_node::remove(uint64_t id, std::function<void(int)> done) {
-  auto self = impl_.get();
-  auto shared = std::make_shared<std::function<void(int)>>(std::move(done));
-  if (!self->post([self, id, shared] {
-        self->do_change(2, id, {}, 0, *shared);
-      },
-                  false))
-    (*shared)(RAFT_SHUTDOWN);
-}
-
-void raft_node::transfer(uint64_t id, std::function<void(uint64_t)> done) {
-  auto self = impl_.get();
-  auto shared = std::make_shared<std::function<void(uint64_t)>>(
-    std::move(done));
-  auto ok = self->post(
-    [self, id, shared] { self->do_transfer(id, std::move(*shared)); },
-    false);
-  if (!ok)
-    (*shared)(0);
 }
 
 raft_status raft_node::status() const {

@@ -1,7 +1,11 @@
 #include "routing/peer_tls.hpp"
 
-#include <dlfcn.h>
-#include <link.h>
+// The node-identity policy on CAF's OpenSSL links (see peer_tls.hpp): the
+// member table (who is a member, at which addresses), the decision on each
+// peer certificate (verify_peer), events and counters, and the public API.
+// The OpenSSL functions that bring libcaf_openssl's calls here, and the
+// handshake deadline, are peer_tls_interpose.cpp; which certificate names
+// which node is replication/tls_identity.*.
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -9,132 +13,29 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <string_view>
 
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <openssl/x509v3.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/openssl/manager.hpp>
 #include <caf/openssl/session.hpp>
 
+#include "routing/peer_tls_impl.hpp"
+
 namespace oncegate::tls {
 
+using namespace detail;
+
 namespace {
-
-// -- OpenSSL ownership --------------------------------------------------------
-
-struct openssl_free {
-  void operator()(X509* p) const { X509_free(p); }
-  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
-  void operator()(BIO* p) const { BIO_free(p); }
-  void operator()(X509_STORE* p) const { X509_STORE_free(p); }
-  void operator()(X509_STORE_CTX* p) const { X509_STORE_CTX_free(p); }
-};
-
-using x509_ptr = std::unique_ptr<X509, openssl_free>;
-using pkey_ptr = std::unique_ptr<EVP_PKEY, openssl_free>;
-using bio_ptr = std::unique_ptr<BIO, openssl_free>;
-using store_ptr = std::unique_ptr<X509_STORE, openssl_free>;
-using store_ctx_ptr = std::unique_ptr<X509_STORE_CTX, openssl_free>;
-
-std::string openssl_error() {
-  std::string result;
-  while (auto code = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(code, buf, sizeof(buf));
-    if (!result.empty())
-      result += "; ";
-    result += buf;
-  }
-  return result.empty() ? std::string{"unknown OpenSSL error"} : result;
-}
-
-// -- node names ---------------------------------------------------------------
-
-constexpr std::string_view name_prefix = "node-";
-constexpr std::string_view name_suffix = ".oncegate";
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size())
-    return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    auto x = a[i] >= 'A' && a[i] <= 'Z' ? a[i] - 'A' + 'a' : a[i];
-    if (x != b[i])
-      return false;
-  }
-  return true;
-}
-
-/// The id in `node-<id>.oncegate` (same id syntax as cluster-certs.sh:
-/// 1 to 19 digits, no leading zero), 0 if `dns` is not such a name.
-uint64_t parse_node_name(std::string_view dns) {
-  if (dns.size() <= name_prefix.size() + name_suffix.size()
-      || !iequals(dns.substr(0, name_prefix.size()), name_prefix)
-      || !iequals(dns.substr(dns.size() - name_suffix.size()), name_suffix))
-    return 0;
-  auto digits = dns.substr(name_prefix.size(), dns.size() - name_prefix.size()
-                                                   - name_suffix.size());
-  if (digits.size() > 19 || digits[0] == '0')
-    return 0;
-  uint64_t id = 0;
-  for (auto c : digits) {
-    if (c < '0' || c > '9')
-      return 0;
-    id = id * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return id;
-}
-
-/// The one node a certificate names among its DNS subjectAltNames. The
-/// subject CN is ignored.
-uint64_t named_node(X509* cert, std::string& why) {
-  auto names = static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
-  if (names == nullptr) {
-    why = "certificate has no subjectAltName";
-    return 0;
-  }
-  uint64_t found = 0;
-  int count = 0;
-  for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
-    auto name = sk_GENERAL_NAME_value(names, i);
-    if (name->type != GEN_DNS)
-      continue;
-    auto str = name->d.dNSName;
-    std::string_view dns{
-        reinterpret_cast<const char*>(ASN1_STRING_get0_data(str)),
-        static_cast<size_t>(ASN1_STRING_length(str))};
-    if (auto id = parse_node_name(dns); id != 0) {
-      found = id;
-      ++count;
-    }
-  }
-  GENERAL_NAMES_free(names);
-  if (count == 0) {
-    why = "certificate names no node-<id>.oncegate";
-    return 0;
-  }
-  if (count > 1) {
-    why = "certificate names more than one node";
-    return 0;
-  }
-  return found;
-}
 
 // -- addresses ----------------------------------------------------------------
 
@@ -158,25 +59,6 @@ std::string endpoint_key(const std::string& ip, uint16_t port) {
   if (ip.find(':') != std::string::npos)
     return "[" + ip + "]:" + std::to_string(port);
   return ip + ":" + std::to_string(port);
-}
-
-/// "ip:port" of the socket's peer, empty if unknown.
-std::string peer_of(int fd, std::string* ip = nullptr) {
-  sockaddr_storage addr;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    return {};
-  auto sa = reinterpret_cast<const sockaddr*>(&addr);
-  auto host = ip_of(sa);
-  if (host.empty())
-    return {};
-  uint16_t port =
-      sa->sa_family == AF_INET
-          ? ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port)
-          : ntohs(reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port);
-  if (ip != nullptr)
-    *ip = host;
-  return endpoint_key(host, port);
 }
 
 bool resolve(const std::string& host, std::vector<std::string>& ips,
@@ -203,223 +85,68 @@ bool resolve(const std::string& host, std::vector<std::string>& ips,
   return true;
 }
 
-// -- policy state ------------------------------------------------------------
-
-struct identity {
-  x509_ptr leaf;
-  std::vector<x509_ptr> chain;
-  pkey_ptr key;
-};
-
-/// Immutable; replaced as a whole.
-struct policy_state {
-  policy_config config;
-  x509_ptr ca;
-  std::shared_ptr<const identity> self;
-  /// Member id -> its IPs.
-  std::map<uint64_t, std::set<std::string>> member_ips;
-  /// "ip:port" -> member id.
-  std::map<std::string, uint64_t> by_endpoint;
-};
-
-enum hook {
-  hook_verify,
-  hook_chain,
-  hook_key,
-  hook_connect,
-  hook_accept,
-  hook_count
-};
-
-struct globals {
-  std::mutex mtx;
-  std::shared_ptr<const policy_state> state;
-  std::shared_ptr<const std::function<void(const event&)>> handler;
-  std::atomic<bool> active{false};
-  std::atomic<int64_t> timeout_ms{0};
-  /// Code range of libcaf_openssl: calls from there are the ones we change.
-  std::atomic<uintptr_t> caf_lo{0};
-  std::atomic<uintptr_t> caf_hi{0};
-  std::atomic<uint64_t> accepted{0};
-  std::atomic<uint64_t> rejected{0};
-  std::atomic<uint64_t> timeouts{0};
-  std::atomic<uint64_t> hooked[hook_count] = {};
-  int ssl_index = -1;
-  int ctx_index = -1;
-};
-
-globals& g() {
-  static globals instance;
-  return instance;
-}
-
-std::shared_ptr<const policy_state> current_state() {
-  std::lock_guard<std::mutex> guard{g().mtx};
-  return g().state;
-}
-
-void report(event ev) {
-  auto& G = g();
-  switch (ev.kind) {
-    case event::accepted:
-      ++G.accepted;
-      break;
-    case event::rejected:
-      ++G.rejected;
-      break;
-    case event::handshake_timeout:
-      ++G.timeouts;
-      break;
-  }
-  std::shared_ptr<const std::function<void(const event&)>> handler;
-  {
-    std::lock_guard<std::mutex> guard{G.mtx};
-    handler = G.handler;
-  }
-  if (handler && *handler)
-    (*handler)(ev);
-}
-
-bool from_caf_openssl(const void* return_address) {
-  auto addr = reinterpret_cast<uintptr_t>(return_address);
-  return addr >= g().caf_lo.load(std::memory_order_relaxed)
-         && addr < g().caf_hi.load(std::memory_order_relaxed);
-}
-
-bool find_caf_openssl(uintptr_t& lo, uintptr_t& hi) {
-  struct range {
-    uintptr_t lo = UINTPTR_MAX;
-    uintptr_t hi = 0;
-  } r;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) -> int {
-        auto name = info->dlpi_name;
-        if (name == nullptr || strstr(name, "libcaf_openssl") == nullptr)
-          return 0;
-        auto out = static_cast<range*>(data);
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          auto& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0)
-            continue;
-          auto start = static_cast<uintptr_t>(info->dlpi_addr + ph.p_vaddr);
-          out->lo = std::min(out->lo, start);
-          out->hi = std::max(out->hi, start + ph.p_memsz);
-        }
-        return 1;
-      },
-      &r);
-  if (r.hi == 0)
-    return false;
-  lo = r.lo;
-  hi = r.hi;
-  return true;
-}
-
 // -- loading and checking certificates ---------------------------------------
 
-bool load_ca(const std::string& path, x509_ptr& out, std::string& error) {
-  bio_ptr bio{BIO_new_file(path.c_str(), "r")};
-  if (!bio) {
-    error = "cannot read CA file " + path + ": " + openssl_error();
-    return false;
+// The policy's words for a CA, certificate or key that did not load or check.
+std::string describe(const identity_failure& why, const policy_config& cfg) {
+  using failure = identity_failure;
+  switch (why.step) {
+    case failure::ca_unreadable:
+      return "cannot read CA file " + cfg.ca_file + ": " + why.detail;
+    case failure::ca_empty:
+      return "no certificate in CA file " + cfg.ca_file + ": " + why.detail;
+    case failure::ca_several:
+      return "CA file " + cfg.ca_file
+             + " holds more than one certificate (expected exactly the "
+               "cluster CA)";
+    case failure::ca_not_ca:
+      return "certificate in " + cfg.ca_file + " is not a CA";
+    case failure::cert_unreadable:
+      return "cannot read " + cfg.cert_file + ": " + why.detail;
+    case failure::cert_empty:
+      return "no certificate in " + cfg.cert_file + ": " + why.detail;
+    case failure::key_unreadable:
+      return "cannot read " + cfg.key_file + ": " + why.detail;
+    case failure::key_unusable:
+      return "cannot load the private key " + cfg.key_file + ": " + why.detail;
+    case failure::key_mismatch:
+      return cfg.key_file + " is not the key of " + cfg.cert_file;
+    case failure::untrusted:
+      return cfg.cert_file + " is not valid under the cluster CA: "
+             + why.detail;
+    case failure::unnamed:
+      return cfg.cert_file + ": " + why.detail;
+    case failure::wrong_node:
+      return cfg.cert_file + " names node " + std::to_string(why.named)
+             + ", but this is node " + std::to_string(cfg.self_id);
   }
-  x509_ptr ca{PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)};
-  if (!ca) {
-    error = "no certificate in CA file " + path + ": " + openssl_error();
-    return false;
-  }
-  x509_ptr extra{PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)};
-  ERR_clear_error(); // the end of the file
-  if (extra) {
-    error = "CA file " + path
-            + " holds more than one certificate (expected "
-              "exactly the cluster CA)";
-    return false;
-  }
-  if (X509_check_ca(ca.get()) < 1) {
-    error = "certificate in " + path + " is not a CA";
-    return false;
-  }
-  out = std::move(ca);
-  return true;
+  return why.detail;
 }
 
-bool chains_to(X509* ca, X509* leaf, const std::vector<x509_ptr>& chain,
-               std::string& error) {
-  store_ptr store{X509_STORE_new()};
-  store_ctx_ptr ctx{X509_STORE_CTX_new()};
-  STACK_OF(X509)* untrusted = sk_X509_new_null();
-  for (auto& c : chain)
-    sk_X509_push(untrusted, c.get());
-  bool ok = store && ctx && X509_STORE_add_cert(store.get(), ca) == 1
-            && X509_STORE_CTX_init(ctx.get(), store.get(), leaf, untrusted) == 1
-            && X509_verify_cert(ctx.get()) == 1;
-  if (!ok)
-    error = X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get()));
-  sk_X509_free(untrusted);
-  ERR_clear_error();
-  return ok;
+bool read_ca(const policy_config& cfg, x509_ptr& out, std::string& error) {
+  identity_failure why;
+  if (load_ca(cfg.ca_file, out, why))
+    return true;
+  error = describe(why, cfg);
+  return false;
 }
 
-bool load_identity(const policy_config& cfg, X509* ca,
-                   std::shared_ptr<const identity>& out, std::string& error) {
-  auto result = std::make_shared<identity>();
-  {
-    bio_ptr bio{BIO_new_file(cfg.cert_file.c_str(), "r")};
-    if (!bio) {
-      error = "cannot read " + cfg.cert_file + ": " + openssl_error();
-      return false;
-    }
-    result->leaf.reset(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-    if (!result->leaf) {
-      error = "no certificate in " + cfg.cert_file + ": " + openssl_error();
-      return false;
-    }
-    while (auto x = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr))
-      result->chain.emplace_back(x);
-    ERR_clear_error();
-  }
-  {
-    bio_ptr bio{BIO_new_file(cfg.key_file.c_str(), "r")};
-    if (!bio) {
-      error = "cannot read " + cfg.key_file + ": " + openssl_error();
-      return false;
-    }
-    // With a null callback, OpenSSL takes `u` as the passphrase.
-    auto pass = cfg.key_passphrase.empty()
-                    ? nullptr
-                    : const_cast<char*>(cfg.key_passphrase.c_str());
-    result->key.reset(
-        PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, pass));
-    if (!result->key) {
-      error = "cannot load the private key " + cfg.key_file + ": "
-              + openssl_error();
-      return false;
-    }
-  }
-  if (X509_check_private_key(result->leaf.get(), result->key.get()) != 1) {
-    ERR_clear_error();
-    error = cfg.key_file + " is not the key of " + cfg.cert_file;
-    return false;
-  }
-  std::string why;
-  if (!chains_to(ca, result->leaf.get(), result->chain, why)) {
-    error = cfg.cert_file + " is not valid under the cluster CA: " + why;
-    return false;
-  }
-  auto id = named_node(result->leaf.get(), why);
-  if (id == 0) {
-    error = cfg.cert_file + ": " + why;
-    return false;
-  }
-  if (id != cfg.self_id) {
-    error = cfg.cert_file + " names node " + std::to_string(id)
-            + ", but this is node " + std::to_string(cfg.self_id);
+// This node's certificate and key, naming `cfg.self_id` under `ca`.
+bool read_identity(const policy_config& cfg, X509* ca,
+                   std::shared_ptr<const node_identity>& out,
+                   std::string& error) {
+  auto result = std::make_shared<node_identity>();
+  identity_failure why;
+  if (!load_identity({cfg.cert_file, cfg.key_file, cfg.key_passphrase}, ca,
+                     {tls_purpose::any}, cfg.self_id, *result, why)) {
+    error = describe(why, cfg);
     return false;
   }
   out = std::move(result);
   return true;
 }
+
+// -- member table -------------------------------------------------------------
 
 bool index_members(const std::vector<member>& members, policy_state& st,
                    std::string& error) {
@@ -459,31 +186,7 @@ bool index_members(const std::vector<member>& members, policy_state& st,
   return true;
 }
 
-// -- the checks
-// ----------------------------------------------------------------
-
-struct handshake_state {
-  std::chrono::steady_clock::time_point started;
-  bool expired = false;
-  /// The verify callback reported on this handshake.
-  bool decided = false;
-};
-
-void free_handshake_state(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
-  delete static_cast<handshake_state*>(ptr);
-}
-
-void free_identity_ref(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
-  delete static_cast<std::shared_ptr<const identity>*>(ptr);
-}
-
-void mark_decided(SSL* ssl) {
-  if (ssl == nullptr || g().ssl_index < 0)
-    return;
-  if (auto hs =
-          static_cast<handshake_state*>(SSL_get_ex_data(ssl, g().ssl_index)))
-    hs->decided = true;
-}
+// -- the checks ---------------------------------------------------------------
 
 int reject(X509_STORE_CTX* sctx, event ev) {
   ev.kind = event::rejected;
@@ -492,7 +195,60 @@ int reject(X509_STORE_CTX* sctx, event ev) {
   return 0;
 }
 
-/// Verify callback installed on every SSL_CTX that libcaf_openssl creates.
+} // namespace
+
+namespace detail {
+
+globals& g() {
+  static globals instance;
+  return instance;
+}
+
+std::shared_ptr<const policy_state> current_state() {
+  std::lock_guard<std::mutex> guard{g().mtx};
+  return g().state;
+}
+
+void report(event ev) {
+  auto& G = g();
+  switch (ev.kind) {
+    case event::accepted:
+      ++G.accepted;
+      break;
+    case event::rejected:
+      ++G.rejected;
+      break;
+    case event::handshake_timeout:
+      ++G.timeouts;
+      break;
+  }
+  std::shared_ptr<const std::function<void(const event&)>> handler;
+  {
+    std::lock_guard<std::mutex> guard{G.mtx};
+    handler = G.handler;
+  }
+  if (handler && *handler)
+    (*handler)(ev);
+}
+
+std::string peer_of(int fd, std::string* ip) {
+  sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return {};
+  auto sa = reinterpret_cast<const sockaddr*>(&addr);
+  auto host = ip_of(sa);
+  if (host.empty())
+    return {};
+  uint16_t port =
+      sa->sa_family == AF_INET
+          ? ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port)
+          : ntohs(reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port);
+  if (ip != nullptr)
+    *ip = host;
+  return endpoint_key(host, port);
+}
+
 int verify_peer(int preverify_ok, X509_STORE_CTX* sctx) {
   auto ssl = static_cast<SSL*>(
       X509_STORE_CTX_get_ex_data(sctx, SSL_get_ex_data_X509_STORE_CTX_idx()));
@@ -566,80 +322,7 @@ int verify_peer(int preverify_ok, X509_STORE_CTX* sctx) {
   return 1;
 }
 
-template <class Fn>
-Fn next_symbol(const char* name) {
-  auto ptr = dlsym(RTLD_NEXT, name);
-  if (ptr == nullptr) {
-    std::fprintf(stderr, "peer_verify: %s not found after this object\n", name);
-    std::abort();
-  }
-  return reinterpret_cast<Fn>(ptr);
-}
-
-bool policy_applies(const void* return_address) {
-  return g().active.load(std::memory_order_acquire)
-         && from_caf_openssl(return_address);
-}
-
-int guarded_handshake(SSL* ssl, int (*real)(SSL*), hook which) {
-  auto& G = g();
-  ++G.hooked[which];
-  handshake_state* hs = nullptr;
-  if (G.ssl_index >= 0) {
-    hs = static_cast<handshake_state*>(SSL_get_ex_data(ssl, G.ssl_index));
-    if (hs == nullptr) {
-      hs = new handshake_state{std::chrono::steady_clock::now()};
-      if (SSL_set_ex_data(ssl, G.ssl_index, hs) != 1) {
-        delete hs;
-        hs = nullptr;
-      }
-    }
-  }
-  auto timeout = G.timeout_ms.load(std::memory_order_relaxed);
-  if (hs != nullptr && timeout > 0
-      && (hs->expired
-          || std::chrono::steady_clock::now() - hs->started
-                 > std::chrono::milliseconds(timeout))) {
-    if (!hs->expired) {
-      hs->expired = true;
-      hs->decided = true;
-      event ev;
-      ev.kind = event::handshake_timeout;
-      ev.inbound = which == hook_accept;
-      ev.peer = peer_of(SSL_get_fd(ssl));
-      ev.reason =
-          "TLS handshake not finished after " + std::to_string(timeout) + " ms";
-      report(std::move(ev));
-    }
-    // Makes SSL_get_error() say SSL_ERROR_SSL: CAF closes the connection.
-    ERR_raise_data(ERR_LIB_USER, 1, "oncegate: TLS handshake timeout");
-    return -1;
-  }
-  auto ret = real(ssl);
-  if (ret != 1 && hs != nullptr && !hs->decided) {
-    // Failures the verify callback never saw: no certificate, no common
-    // protocol, not TLS at all, peer gone.
-    auto err = SSL_get_error(ssl, ret);
-    if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
-      hs->decided = true;
-      event ev;
-      ev.kind = event::rejected;
-      ev.inbound = which == hook_accept;
-      ev.peer = peer_of(SSL_get_fd(ssl));
-      if (auto code = ERR_peek_error(); code != 0) {
-        auto text = ERR_reason_error_string(code);
-        ev.reason = std::string{"TLS handshake failed: "}
-                    + (text != nullptr ? text : "unknown reason");
-      } else {
-        ev.reason = "connection closed during the TLS handshake";
-      }
-      report(std::move(ev));
-    }
-  }
-  return ret;
-}
-
-} // namespace
+} // namespace detail
 
 // -- public API -------------------------------------------------------------
 
@@ -652,12 +335,13 @@ bool configure(caf::actor_system_config& cfg, const policy_config& config,
   }
   auto st = std::make_shared<policy_state>();
   st->config = config;
-  if (!load_ca(config.ca_file, st->ca, error)
-      || !load_identity(config, st->ca.get(), st->self, error)
+  if (!read_ca(config, st->ca, error)
+      || !read_identity(config, st->ca.get(), st->self, error)
       || !index_members(config.members, *st, error))
     return false;
   uintptr_t lo = 0;
   uintptr_t hi = 0;
+  // Defined beside the interposers: these calls are what links them in.
   if (!find_caf_openssl(lo, hi)) {
     error = "libcaf_openssl is not loaded as a shared library: the peer "
             "policy cannot be enforced";
@@ -666,13 +350,7 @@ bool configure(caf::actor_system_config& cfg, const policy_config& config,
   auto& G = g();
   {
     std::lock_guard<std::mutex> guard{G.mtx};
-    if (G.ssl_index < 0)
-      G.ssl_index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr,
-                                         free_handshake_state);
-    if (G.ctx_index < 0)
-      G.ctx_index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr,
-                                             free_identity_ref);
-    if (G.ssl_index < 0 || G.ctx_index < 0) {
+    if (!allocate_ex_indexes()) {
       error = "cannot allocate OpenSSL ex_data indexes";
       return false;
     }
@@ -767,8 +445,8 @@ bool reload_identity(std::string& error) {
     error = "peer policy not configured";
     return false;
   }
-  std::shared_ptr<const identity> fresh;
-  if (!load_identity(old->config, old->ca.get(), fresh, error))
+  std::shared_ptr<const node_identity> fresh;
+  if (!read_identity(old->config, old->ca.get(), fresh, error))
     return false;
   auto st = std::make_shared<policy_state>();
   st->config = old->config;
@@ -788,16 +466,6 @@ void set_event_handler(std::function<void(const event&)> handler) {
   g().handler = std::move(ptr);
 }
 
-uint64_t node_id_of_cert_file(const std::string& path, std::string& error) {
-  bio_ptr bio{BIO_new_file(path.c_str(), "r")};
-  x509_ptr cert{bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)
-                    : nullptr};
-  if (!cert) {
-    error = "cannot read a certificate from " + path + ": " + openssl_error();
-    return 0;
-  }
-  return named_node(cert.get(), error);
-}
 
 counters stats() {
   return {g().accepted.load(), g().rejected.load(), g().timeouts.load()};
@@ -828,102 +496,3 @@ std::string to_string(const event& x) {
 }
 
 } // namespace oncegate::tls
-
-// -- interposed OpenSSL functions ---------------------------------------------
-//
-// Defined in the executable, these take the place of libssl's for every
-// caller in the process; calls that don't come from libcaf_openssl (or come
-// before configure()) are forwarded unchanged.
-
-using oncegate::tls::g;
-using oncegate::tls::next_symbol;
-using oncegate::tls::policy_applies;
-
-// Exported even when compiled with -fvisibility=hidden.
-#define ONCEGATE_INTERPOSE __attribute__((visibility("default")))
-
-extern "C" {
-
-ONCEGATE_INTERPOSE void SSL_CTX_set_verify(SSL_CTX* ctx, int mode,
-                                           SSL_verify_cb callback) {
-  static const auto real =
-      next_symbol<void (*)(SSL_CTX*, int, SSL_verify_cb)>("SSL_CTX_set_verify");
-  if (!policy_applies(__builtin_return_address(0))) {
-    real(ctx, mode, callback);
-    return;
-  }
-  // Whatever CAF asked for (SSL_VERIFY_NONE without certificates): always
-  // require and check the peer's certificate, against the cluster CA only.
-  ++g().hooked[oncegate::tls::hook_verify];
-  real(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-       oncegate::tls::verify_peer);
-  if (auto st = oncegate::tls::current_state()) {
-    if (auto store = X509_STORE_new()) {
-      X509_STORE_add_cert(store, st->ca.get());
-      SSL_CTX_set_cert_store(ctx, store); // takes ownership
-    }
-  }
-  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
-}
-
-ONCEGATE_INTERPOSE int SSL_CTX_use_certificate_chain_file(SSL_CTX* ctx,
-                                                          const char* file) {
-  static const auto real = next_symbol<int (*)(SSL_CTX*, const char*)>(
-      "SSL_CTX_use_certificate_chain_file");
-  if (!policy_applies(__builtin_return_address(0)))
-    return real(ctx, file);
-  auto st = oncegate::tls::current_state();
-  if (!st || !st->self)
-    return real(ctx, file);
-  ++g().hooked[oncegate::tls::hook_chain];
-  auto& self = *st->self;
-  if (SSL_CTX_use_certificate(ctx, self.leaf.get()) != 1)
-    return 0;
-  SSL_CTX_clear_chain_certs(ctx);
-  for (auto& c : self.chain)
-    if (SSL_CTX_add1_chain_cert(ctx, c.get()) != 1)
-      return 0;
-  // The key call must use the key of this very certificate, even if
-  // reload_identity() runs in between.
-  auto index = g().ctx_index;
-  delete static_cast<std::shared_ptr<const oncegate::tls::identity>*>(
-      SSL_CTX_get_ex_data(ctx, index));
-  auto ref = new std::shared_ptr<const oncegate::tls::identity>(st->self);
-  if (SSL_CTX_set_ex_data(ctx, index, ref) != 1) {
-    delete ref;
-    return 0;
-  }
-  return 1;
-}
-
-ONCEGATE_INTERPOSE int SSL_CTX_use_PrivateKey_file(SSL_CTX* ctx,
-                                                   const char* file, int type) {
-  static const auto real = next_symbol<int (*)(SSL_CTX*, const char*, int)>(
-      "SSL_CTX_use_PrivateKey_file");
-  if (!policy_applies(__builtin_return_address(0)))
-    return real(ctx, file, type);
-  auto ref = static_cast<std::shared_ptr<const oncegate::tls::identity>*>(
-      SSL_CTX_get_ex_data(ctx, g().ctx_index));
-  if (ref == nullptr || !*ref)
-    return real(ctx, file, type);
-  ++g().hooked[oncegate::tls::hook_key];
-  return SSL_CTX_use_PrivateKey(ctx, (*ref)->key.get());
-}
-
-ONCEGATE_INTERPOSE int SSL_connect(SSL* ssl) {
-  static const auto real = next_symbol<int (*)(SSL*)>("SSL_connect");
-  if (!policy_applies(__builtin_return_address(0)))
-    return real(ssl);
-  return oncegate::tls::guarded_handshake(ssl, real,
-                                          oncegate::tls::hook_connect);
-}
-
-ONCEGATE_INTERPOSE int SSL_accept(SSL* ssl) {
-  static const auto real = next_symbol<int (*)(SSL*)>("SSL_accept");
-  if (!policy_applies(__builtin_return_address(0)))
-    return real(ssl);
-  return oncegate::tls::guarded_handshake(ssl, real,
-                                          oncegate::tls::hook_accept);
-}
-
-} // extern "C"

@@ -4,7 +4,8 @@
 //
 // libcaf_openssl checks only that a peer's certificate chains to a trusted
 // CA; it has no hook for a verify callback and checks no name. This unit
-// adds the cluster rule:
+// adds the cluster rule (the naming and certificate checks are the ones
+// of replication/tls_identity, which the Raft transport applies as well):
 //
 //   * the only trust anchor is the cluster CA (whatever openssl.cafile or
 //     openssl.capath say);
@@ -26,16 +27,20 @@
 // linker binds libcaf_openssl's calls to them, and they forward to libssl
 // (dlsym RTLD_NEXT). Only calls coming from libcaf_openssl are changed;
 // other OpenSSL users in the process are left alone. Requires CAF as a
-// shared library and this unit linked into the executable (an object or a
-// static library) or into a shared library that precedes libssl. Call
-// self_test() after creating the actor system: it proves that the calls
-// really arrive here.
+// shared library and the interposers (peer_tls_interpose.cpp) linked into
+// the executable (an object or a static library: configure() calls into
+// that object, so the linker takes it with configure()) or into a shared
+// library that precedes libssl. Call self_test() after creating the actor
+// system: it proves that the calls really arrive there.
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+// node_id_of_cert_file and the naming rule.
+#include "replication/tls_identity.hpp"
 
 namespace caf {
 class actor_system;
@@ -112,10 +117,6 @@ bool reload_identity(std::string& error);
 /// Called for every decision, on CAF's network threads: keep it short and
 /// non-blocking (e.g. hand it to a logger).
 void set_event_handler(std::function<void(const event&)> handler);
-
-/// The node id a certificate (PEM file) names, for tools and tests.
-/// Returns 0 and sets `error` if it names none or more than one.
-uint64_t node_id_of_cert_file(const std::string& path, std::string& error);
 
 struct counters {
   uint64_t accepted = 0;

@@ -1,0 +1,209 @@
+#include "replication/raft_node.hpp"
+
+// What changes who leads or votes in a Raft node (raft_node_impl.hpp):
+// membership changes (add, add as voter, assign, remove), leadership
+// transfer, and the repair of a stuck follower by a transfer. The node's
+// loop and proposals are raft_node.cpp.
+
+#include "common/logging.hpp"
+#include "replication/raft_node_impl.hpp"
+
+namespace oncegate::cluster {
+
+namespace {
+
+using detail::clock_type;
+
+struct change_request {
+  ::raft_change req;
+  std::function<void(int)> done;
+};
+
+} // namespace
+
+// On the ready leader, twice a second: finds a follower that answers but
+// stays behind (its match index below the commit index, unchanged for
+// `repair_after_ms`) and hands leadership to an up-to-date voter. libraft
+// 0.15 may otherwise leave it behind for good: its own snapshot made it
+// refuse the leader's install (RAFT_BUSY), after which this leader only
+// probes below what it kept; a new leader's replication state starts
+// afresh and sends the snapshot again.
+void raft_node::impl::check_followers(raft_status& next) {
+  auto now = clock_type::now();
+  if (opts.repair_after_ms == 0
+      || now - last_lag_check < std::chrono::milliseconds(500))
+    return;
+  last_lag_check = now;
+  auto bound = std::chrono::milliseconds(opts.repair_after_ms);
+  uint64_t stuck = 0;
+  raft_index stuck_at = 0;
+  for (unsigned i = 0; i < r.configuration.n; ++i) {
+    auto id = r.configuration.servers[i].id;
+    auto& p = r.leader_state.progress[i];
+    if (id == r.id || p.match_index >= r.commit_index || !p.recent_recv) {
+      lags.erase(id);
+      continue;
+    }
+    auto [it, fresh] = lags.try_emplace(id, lag{p.match_index, now});
+    if (fresh || it->second.match != p.match_index) {
+      it->second = lag{p.match_index, now};
+      continue;
+    }
+    if (now - it->second.since >= bound) {
+      stuck = id;
+      stuck_at = p.match_index;
+    }
+  }
+  if (stuck == 0 || transfer_done || now - last_repair < 2 * bound)
+    return;
+  // The target: a voter other than the stuck one that has everything.
+  uint64_t target = 0;
+  for (unsigned i = 0; i < r.configuration.n; ++i) {
+    auto& srv = r.configuration.servers[i];
+    auto& p = r.leader_state.progress[i];
+    if (srv.id != r.id && srv.id != stuck && srv.role == RAFT_VOTER
+        && p.recent_recv && p.match_index >= r.commit_index)
+      target = srv.id;
+  }
+  if (target == 0) {
+    log::cluster()->warn("raft.follower_stuck id={} match={} commit={} "
+                         "(no up-to-date voter to hand leadership to)",
+                         stuck, stuck_at, r.commit_index);
+    last_repair = now;
+    return;
+  }
+  last_repair = now;
+  lags.clear();
+  ++next.follower_repairs;
+  log::cluster()->warn("raft.follower_stuck id={} match={} commit={} "
+                       "repair=transfer to={}",
+                       stuck, stuck_at, r.commit_index, target);
+  do_transfer(target, [stuck](uint64_t leader) {
+    log::cluster()->info("raft.follower_repair id={} new_leader={}", stuck,
+                         leader);
+  });
+}
+
+// Hands leadership to `id` (0: any voter); `done` gets the leader
+// afterwards, or 0 when the transfer could not start.
+// libraft sends the TimeoutNow of a transfer through the `raft_io_send`
+// inside the `raft_transfer` given to it, without a callback; towards an
+// unreachable voter that send waits in the peer's queue and is read
+// (evicted, cancelled) after the transfer ended. So the request is never
+// freed while the loop runs: one lives as long as the node, reused by
+// each transfer (libraft runs one at a time). Freeing it in its callback
+// crashed a leader that stepped down towards a dead voter.
+void raft_node::impl::do_transfer(uint64_t id,
+                                   std::function<void(uint64_t)> done) {
+  if (transfer_done) {
+    log::cluster()->warn("raft.transfer_refused target={} reason=running",
+                         id);
+    done(0);
+    return;
+  }
+  transfer_done = std::move(done);
+  transfer.data = this;
+  auto rv = raft_transfer(&r, &transfer, id, [](struct ::raft_transfer* req) {
+    auto self = static_cast<impl*>(req->data);
+    raft_id lid = 0;
+    const char* addr = nullptr;
+    raft_leader(&self->r, &lid, &addr);
+    auto done = std::move(self->transfer_done);
+    self->transfer_done = nullptr;
+    done(lid);
+  });
+  if (rv != 0) {
+    log::cluster()->warn("raft.transfer_failed target={} status={}", id,
+                         raft_strerror(rv));
+    auto done = std::move(transfer_done);
+    transfer_done = nullptr;
+    done(0);
+  }
+}
+
+void raft_node::impl::do_change(int kind, uint64_t id,
+                                 const std::string& address, int role,
+                                 std::function<void(int)>& done) {
+  auto c = new change_request{};
+  c->done = std::move(done);
+  auto cb = [](::raft_change* req, int st) {
+    std::unique_ptr<change_request> c{
+      reinterpret_cast<change_request*>(req)};
+    c->done(st);
+  };
+  int rv = 0;
+  switch (kind) {
+    case 0:
+      rv = raft_add(&r, &c->req, id, address.c_str(), cb);
+      break;
+    case 1:
+      rv = raft_assign(&r, &c->req, id, role, cb);
+      break;
+    default:
+      rv = raft_remove(&r, &c->req, id, cb);
+  }
+  if (rv != 0) {
+    std::unique_ptr<change_request> guard{c};
+    c->done(rv);
+  }
+}
+
+void raft_node::impl::post_change(
+  std::function<void(int)> done,
+  std::function<void(std::function<void(int)>&)> fn) {
+  auto shared = std::make_shared<std::function<void(int)>>(std::move(done));
+  if (!post([shared, fn = std::move(fn)] { fn(*shared); }, false))
+    (*shared)(RAFT_SHUTDOWN);
+}
+
+void raft_node::add(uint64_t id, std::string address,
+                    std::function<void(int)> done) {
+  auto self = impl_.get();
+  self->post_change(std::move(done), [self, id, address](auto& done) {
+    self->do_change(0, id, address, 0, done);
+  });
+}
+
+void raft_node::add_voter(uint64_t id, std::string address,
+                          std::function<void(int)> done) {
+  auto self = impl_.get();
+  self->post_change(std::move(done), [self, id, address](auto& done) {
+    auto shared = std::make_shared<std::function<void(int)>>(std::move(done));
+    std::function<void(int)> then = [self, id, shared](int status) {
+      if (status != 0) {
+        (*shared)(status);
+        return;
+      }
+      std::function<void(int)> last = *shared;
+      self->do_change(1, id, {}, RAFT_VOTER, last);
+    };
+    self->do_change(0, id, address, 0, then);
+  });
+}
+
+void raft_node::assign(uint64_t id, int role, std::function<void(int)> done) {
+  auto self = impl_.get();
+  self->post_change(std::move(done), [self, id, role](auto& done) {
+    self->do_change(1, id, {}, role, done);
+  });
+}
+
+void raft_node::remove(uint64_t id, std::function<void(int)> done) {
+  auto self = impl_.get();
+  self->post_change(std::move(done), [self, id](auto& done) {
+    self->do_change(2, id, {}, 0, done);
+  });
+}
+
+void raft_node::transfer(uint64_t id, std::function<void(uint64_t)> done) {
+  auto self = impl_.get();
+  auto shared = std::make_shared<std::function<void(uint64_t)>>(
+    std::move(done));
+  auto ok = self->post(
+    [self, id, shared] { self->do_transfer(id, std::move(*shared)); },
+    false);
+  if (!ok)
+    (*shared)(0);
+}
+
+} // namespace oncegate::cluster

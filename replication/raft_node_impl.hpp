@@ -1,0 +1,139 @@
+// @private: the inside of `raft_node` (pimpl), shared by its two files and
+// included by nothing else. raft_node.cpp is the node's loop: start and
+// stop, the queue from other threads, proposals, and reading and
+// publishing libraft's state. raft_membership.cpp is what changes who
+// leads or votes: membership changes, leadership transfer, and the repair
+// of a stuck follower.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+// libraft 0.15's headers lack extern "C" guards.
+extern "C" {
+#include <raft.h>
+#include <raft/uv.h>
+#include <uv.h>
+}
+
+#include "replication/raft_fsm.hpp"
+#include "replication/raft_node.hpp"
+
+namespace oncegate::cluster {
+
+namespace detail {
+
+using clock_type = std::chrono::steady_clock;
+
+/// One proposal in flight (raft_node.cpp).
+struct proposal;
+
+} // namespace detail
+
+struct raft_node::impl {
+  raft_node_options opts;
+  raft_hooks hooks;
+  std::unique_ptr<raft_fsm_adapter> adapter;
+
+  uv_loop_t loop;
+  uv_async_t wake;
+  uv_check_t poll;
+  uv_timer_t tick;
+  ::raft_uv_transport transport;
+  ::raft_io io;
+  ::raft r;
+  struct ::raft_barrier barrier;
+  /// The one transfer request (see `do_transfer`) and its caller's callback
+  /// while a transfer runs.
+  struct ::raft_transfer transfer;
+  std::function<void(uint64_t)> transfer_done;
+  bool barrier_pending = false;
+  std::thread thread;
+
+  // Work handed over by other threads.
+  std::mutex queue_mtx;
+  std::deque<std::function<void()>> queue;
+  bool stopping = false;
+
+  // Published state.
+  mutable std::mutex status_mtx;
+  raft_status published;
+
+  std::atomic<uint8_t> brief_role{0};
+  std::atomic<uint64_t> brief_leader{0};
+  std::atomic<bool> brief_ready{false};
+
+  // Raft-thread view (no lock needed on the thread).
+  raft_status current;
+  uint64_t ready_term = 0;
+  /// Apply failures seen while not leader (or when stepping down last);
+  /// more than these while leading make the node hand leadership over.
+  uint64_t step_down_failures = 0;
+  bool stepping_down = false;
+  detail::clock_type::time_point last_step_down;
+  uint64_t configuration_index = ~uint64_t{0};
+  bool lost = false;
+  bool closing = false;
+  /// Per follower: the replicated index it was last seen at while behind,
+  /// and since when (see `raft_node_options::repair_after_ms`).
+  struct lag {
+    raft_index match = 0;
+    detail::clock_type::time_point since;
+  };
+  std::unordered_map<uint64_t, lag> lags;
+  detail::clock_type::time_point last_lag_check;
+  detail::clock_type::time_point last_repair;
+
+  impl() {
+    std::memset(&loop, 0, sizeof(loop));
+    std::memset(&wake, 0, sizeof(wake));
+    std::memset(&poll, 0, sizeof(poll));
+    std::memset(&tick, 0, sizeof(tick));
+    std::memset(&transport, 0, sizeof(transport));
+    std::memset(&io, 0, sizeof(io));
+    std::memset(&r, 0, sizeof(r));
+    std::memset(&barrier, 0, sizeof(barrier));
+    std::memset(&transfer, 0, sizeof(transfer));
+  }
+
+  // -- on the Raft thread: raft_node.cpp -------------------------------------
+
+  /// Runs the work other threads posted; closes when asked to stop.
+  void drain();
+  void close();
+  /// Reads libraft's state; publishes and reports changes.
+  void refresh();
+  void do_propose(std::string& entry, proposal_done& done);
+  void finish(detail::proposal* p, int status, void* result);
+
+  // -- on the Raft thread: raft_membership.cpp -------------------------------
+
+  /// Hands leadership away from a follower that stays behind.
+  void check_followers(raft_status& next);
+  /// Hands leadership to `id` (0: any voter).
+  void do_transfer(uint64_t id, std::function<void(uint64_t)> done);
+  /// raft_add (kind 0), raft_assign (1) or raft_remove (2).
+  void do_change(int kind, uint64_t id, const std::string& address, int role,
+                 std::function<void(int)>& done);
+
+  // -- any thread --------------------------------------------------------------
+
+  /// Queues `fn` for the Raft thread; false once stopping, or when
+  /// `bounded` and `max_queued` are queued already (raft_node.cpp).
+  bool post(std::function<void()> fn, bool bounded);
+  /// Runs `fn(done)` on the Raft thread, or fails `done` with
+  /// `RAFT_SHUTDOWN` when the node stops (raft_membership.cpp).
+  void post_change(std::function<void(int)> done,
+                   std::function<void(std::function<void(int)>&)> fn);
+};
+
+} // namespace oncegate::cluster
