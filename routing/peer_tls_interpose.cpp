@@ -165,6 +165,11 @@ int guarded_handshake(SSL* ssl, int (*real)(SSL*), const void* caller,
     ERR_raise_data(ERR_LIB_USER, 1, "oncegate: TLS handshake timeout");
     return -1;
   }
+  // OpenSSL's error queue is per thread and SSL_get_error reads it: what an
+  // earlier connection left there (CAF never empties it; our own timeout
+  // pushes one) would turn this connection's harmless "want read" into a
+  // fatal error, and CAF would drop a healthy member's link.
+  ERR_clear_error();
   auto ret = real(ssl);
   if (ret != 1 && hs != nullptr && !hs->decided) {
     // Failures the verify callback never saw: no certificate, no common
@@ -284,6 +289,25 @@ ONCEGATE_INTERPOSE int SSL_accept(SSL* ssl) {
   static const auto real = next_symbol<int (*)(SSL*)>("SSL_accept");
   return oncegate::tls::guarded_handshake(
       ssl, real, __builtin_return_address(0), oncegate::tls::detail::hook_accept);
+}
+
+// CAF reads and writes its connections on one network thread and calls
+// SSL_get_error after each of these without emptying the thread's error
+// queue first, as OpenSSL requires: a stale entry (a stranger's refused
+// handshake) made CAF close every member connection it served next.
+ONCEGATE_INTERPOSE int SSL_read(SSL* ssl, void* buf, int num) {
+  static const auto real = next_symbol<int (*)(SSL*, void*, int)>("SSL_read");
+  if (oncegate::tls::policy_applies(__builtin_return_address(0)))
+    ERR_clear_error();
+  return real(ssl, buf, num);
+}
+
+ONCEGATE_INTERPOSE int SSL_write(SSL* ssl, const void* buf, int num) {
+  static const auto real
+    = next_symbol<int (*)(SSL*, const void*, int)>("SSL_write");
+  if (oncegate::tls::policy_applies(__builtin_return_address(0)))
+    ERR_clear_error();
+  return real(ssl, buf, num);
 }
 
 } // extern "C"
