@@ -87,6 +87,11 @@ class Node:
         finally:
             self.proc.stdout.close()
         self.proc = None
+        # The exit watchdog is a last resort that no test may need: its line
+        # means the teardown hung (test_cluster.ClusterNode checks it too).
+        if "node.exit_forced" in self.log():
+            raise AssertionError("the node needed the exit watchdog:\n%s"
+                                 % self.log())
         return code
 
     def kill(self):
