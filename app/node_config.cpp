@@ -126,6 +126,9 @@ node_config::node_config() {
     .add(cluster_tls_certificate, "tls-certificate",
          "PEM file of this node's certificate (names node-ID.oncegate)")
     .add(cluster_tls_key, "tls-key", "PEM file of this node's private key")
+    .add(member_sources_only, "member-sources-only",
+         "with TLS, refuse connections to the CAF port from addresses that "
+         "are no member's before any handshake (off behind NAT)")
     .add(cluster_insecure, "insecure",
          "talk to the other nodes in plain text, without authentication "
          "(anyone who reaches the ports controls the cluster)")
@@ -489,6 +492,7 @@ node_config::cluster_opts(std::string& error) const {
   res.raft.max_log_bytes = max_log_bytes;
   res.store.max_outstanding = static_cast<uint32_t>(max_outstanding);
   res.remote_timeout = remote_timeout;
+  res.member_sources_only = member_sources_only;
   if (cluster_tls()) {
     cluster::tls_transport_options tls;
     tls.ca_file = cluster_tls_ca;

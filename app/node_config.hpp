@@ -167,6 +167,7 @@ public:
   std::string cluster_tls_key;
   /// Run the cluster in plain text (warned at every start).
   bool cluster_insecure = false;
+  bool member_sources_only = cluster::cluster_options{}.member_sources_only;
 
   /// Whether the nodes talk over TLS (a cluster that is not insecure).
   bool cluster_tls() const {

@@ -437,16 +437,24 @@ caf::error prepare_peer_tls(caf::actor_system_config& cfg,
   pc.cert_file = copts.raft.tls->cert_file;
   pc.key_file = copts.raft.tls->key_file;
   pc.handshake_timeout = copts.raft.tls->handshake_timeout;
+  pc.member_sources_only = copts.member_sources_only;
   for (auto& p : copts.peers)
     pc.members.push_back({p.id, p.host, p.port});
   std::string error;
   if (!tls::configure(cfg, pc, error))
     return make_error(errc::invalid_argument, "cluster tls: " + error);
-  tls::set_event_handler([](const tls::event& ev) {
-    if (ev.kind == tls::event::accepted)
+  // Refusals are logged first and then every 1000th: a flood of strangers
+  // must not fill the disk (tls::stats() counts them all).
+  auto refused = std::make_shared<std::atomic<uint64_t>>(0);
+  tls::set_event_handler([refused](const tls::event& ev) {
+    if (ev.kind == tls::event::accepted) {
       log::cluster()->debug("peer_tls.{}", tls::to_string(ev));
-    else
-      log::cluster()->warn("peer_tls.{}", tls::to_string(ev));
+      return;
+    }
+    auto n = refused->fetch_add(1) + 1;
+    if (n <= 100 || n % 1000 == 0)
+      log::cluster()->warn("peer_tls.{} refused_total={}", tls::to_string(ev),
+                           n);
   });
   return caf::none;
 }

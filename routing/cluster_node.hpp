@@ -50,6 +50,9 @@ struct cluster_options {
   replicated_store_options store;
   /// Bound on each request to another node's front actor.
   caf::timespan remote_timeout = std::chrono::seconds(1);
+  /// With TLS: the CAF port refuses, before any TLS, connections from an
+  /// address that is no member's (`tls::policy_config::member_sources_only`).
+  bool member_sources_only = true;
 };
 
 /// Cached handles of the other nodes' front actors (thread-safe). Connects

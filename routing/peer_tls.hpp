@@ -76,6 +76,11 @@ struct policy_config {
   /// its certificate names. Off by default: wrong behind NAT or on hosts
   /// that connect out from another interface than they publish on.
   bool bind_inbound_address = false;
+  /// Refuse, before any TLS, an incoming connection whose source IP is no
+  /// member's address (CAF 0.17 busy-polls a pending handshake: a stranger
+  /// must not get one). Wrong behind NAT or with members that connect out
+  /// from another interface than they publish on.
+  bool member_sources_only = true;
 };
 
 /// Something the policy decided, reported from CAF's network threads.

@@ -125,6 +125,30 @@ bool policy_applies(const void* return_address) {
          && from_caf_openssl(return_address);
 }
 
+// With `policy_config::member_sources_only`: whether an inbound
+// connection comes from an address of some member (reported and marked
+// decided when it does not).
+bool from_member_host(SSL* ssl, handshake_state* hs) {
+  auto st = current_state();
+  if (!st || !st->config.member_sources_only)
+    return true;
+  std::string ip;
+  auto peer = peer_of(SSL_get_fd(ssl), &ip);
+  if (ip.empty())
+    return true; // not an IP socket (the start-up self test's socketpair)
+  for (auto& kv : st->member_ips)
+    if (kv.second.count(ip) != 0)
+      return true;
+  hs->decided = true;
+  event ev;
+  ev.kind = event::rejected;
+  ev.inbound = true;
+  ev.peer = peer;
+  ev.reason = "connection from " + ip + ", which is no member's address";
+  report(std::move(ev));
+  return false;
+}
+
 // A handshake step (`real`: libssl's SSL_connect or SSL_accept) called
 // from `caller`: unchanged unless the policy applies. Then counted, dropped
 // past the deadline, and failures the verify callback never saw reported.
@@ -142,6 +166,11 @@ int guarded_handshake(SSL* ssl, int (*real)(SSL*), const void* caller,
       if (SSL_set_ex_data(ssl, G.ssl_index, hs) != 1) {
         delete hs;
         hs = nullptr;
+      } else if (which == hook_accept && !from_member_host(ssl, hs)) {
+        // Before any TLS: CAF 0.17 busy-polls a pending handshake, so a
+        // stranger must not get one at all.
+        ERR_raise_data(ERR_LIB_USER, 1, "oncegate: not a member's address");
+        return -1;
       }
     }
   }
