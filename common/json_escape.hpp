@@ -17,6 +17,8 @@ void json_escape(std::string_view in, Put&& put) {
   std::size_t copied = 0;
   for (std::size_t i = 0; i < in.size(); ++i) {
     auto c = static_cast<unsigned char>(in[i]);
+    if (c >= 0x20 && c != '"' && c != '\\')
+      continue; // the common case: copied as it is
     char u[] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
     std::string_view esc;
     switch (c) {
@@ -41,12 +43,9 @@ void json_escape(std::string_view in, Put&& put) {
       case '\t':
         esc = "\\t";
         break;
-      default:
-        if (c < 0x20)
-          esc = std::string_view{u, sizeof(u)};
+      default: // another control character
+        esc = std::string_view{u, sizeof(u)};
     }
-    if (esc.empty())
-      continue;
     put(in.substr(copied, i - copied));
     put(esc);
     copied = i + 1;

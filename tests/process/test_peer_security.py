@@ -66,6 +66,7 @@ import unittest
 from harness import wait_for
 from test_cluster import (ClusterNode, OwnClusterCase, Traffic, metric,
                           with_logs)
+from test_cluster_faults import log_size, log_text
 from oncegate_drill.cluster import make_certs  # noqa: E402 (test_cluster's path)
 
 # tls_transport_options::handshake_timeout (the peer_tls deadline is set
@@ -141,21 +142,6 @@ def self_signed(directory, name):
     if res.returncode != 0:
         raise RuntimeError("openssl req failed: " + res.stderr)
     return cert, key
-
-
-def log_text(node, start=0):
-    try:
-        with open(node.log_path, "r", errors="replace") as f:
-            return f.read()[start:]
-    except OSError:
-        return ""
-
-
-def log_size(node):
-    try:
-        return os.path.getsize(node.log_path)
-    except OSError:
-        return 0
 
 
 def cpu_seconds(pid):
