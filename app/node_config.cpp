@@ -129,6 +129,9 @@ node_config::node_config() {
     .add(member_sources_only, "member-sources-only",
          "with TLS, refuse connections to the CAF port from addresses that "
          "are no member's before any handshake (off behind NAT)")
+    .add(max_peer_message, "max-peer-message",
+         "with TLS, the largest message in bytes another node may send on "
+         "the CAF port (larger: the connection is refused)")
     .add(cluster_insecure, "insecure",
          "talk to the other nodes in plain text, without authentication "
          "(anyone who reaches the ports controls the cluster)")
@@ -219,6 +222,8 @@ std::string node_config::validate() const {
       return "cluster.max-outstanding must be positive";
     if (snapshot_threshold < 1)
       return "cluster.snapshot-threshold must be positive";
+    if (max_peer_message < 4096 || max_peer_message > (1u << 30))
+      return "cluster.max-peer-message must be within 4096..1073741824";
     bool any_tls = !cluster_tls_ca.empty() || !cluster_tls_certificate.empty()
                    || !cluster_tls_key.empty();
     if (cluster_insecure && any_tls)
@@ -493,6 +498,7 @@ node_config::cluster_opts(std::string& error) const {
   res.store.max_outstanding = static_cast<uint32_t>(max_outstanding);
   res.remote_timeout = remote_timeout;
   res.member_sources_only = member_sources_only;
+  res.max_peer_message = static_cast<uint32_t>(max_peer_message);
   if (cluster_tls()) {
     cluster::tls_transport_options tls;
     tls.ca_file = cluster_tls_ca;

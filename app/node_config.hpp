@@ -168,6 +168,7 @@ public:
   /// Run the cluster in plain text (warned at every start).
   bool cluster_insecure = false;
   bool member_sources_only = cluster::cluster_options{}.member_sources_only;
+  size_t max_peer_message = cluster::cluster_options{}.max_peer_message;
 
   /// Whether the nodes talk over TLS (a cluster that is not insecure).
   bool cluster_tls() const {

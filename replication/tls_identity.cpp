@@ -118,9 +118,9 @@ bool read_key(const std::string& path,
   return true;
 }
 
-// Empty if `leaf` (with the intermediates `chain`) chains to `ca` for
-// `purpose`, else the verification error.
-std::string chain_error(x509_st* ca, x509_st* leaf,
+// Empty if `leaf` (with the intermediates `chain`) chains to one of `cas`
+// for `purpose`, else the verification error.
+std::string chain_error(const ca_bundle& cas, x509_st* leaf,
                         const std::vector<x509_ptr>& chain,
                         tls_purpose purpose) {
   store_ptr store{X509_STORE_new()};
@@ -130,7 +130,10 @@ std::string chain_error(x509_st* ca, x509_st* leaf,
     sk_X509_push(untrusted, c.get());
   auto id = purpose == tls_purpose::server ? X509_PURPOSE_SSL_SERVER
                                            : X509_PURPOSE_SSL_CLIENT;
-  bool ok = store && ctx && X509_STORE_add_cert(store.get(), ca) == 1
+  bool added = store != nullptr;
+  for (auto& ca : cas)
+    added = added && X509_STORE_add_cert(store.get(), ca.get()) == 1;
+  bool ok = added && ctx
             && X509_STORE_CTX_init(ctx.get(), store.get(), leaf, untrusted)
                  == 1
             && (purpose == tls_purpose::any
@@ -249,27 +252,45 @@ std::string printable(const char* data, size_t len, size_t limit) {
 
 // -- loading and checking -----------------------------------------------------
 
-bool load_ca(const std::string& path, x509_ptr& out, identity_failure& why) {
-  std::vector<x509_ptr> certs;
+ca_bundle copy_of(const ca_bundle& cas) {
+  ca_bundle out;
+  for (auto& ca : cas) {
+    X509_up_ref(ca.get());
+    out.emplace_back(ca.get());
+  }
+  return out;
+}
+
+bool is_one_of(x509_st* cert, const ca_bundle& cas) {
+  for (auto& ca : cas)
+    if (cert != nullptr && X509_cmp(cert, ca.get()) == 0)
+      return true;
+  return false;
+}
+
+bool load_ca(const std::string& path, ca_bundle& out, identity_failure& why) {
+  ca_bundle certs;
   bool unreadable = false;
   if (!read_certificates(path, certs, unreadable, why.detail)) {
     why.step = unreadable ? identity_failure::ca_unreadable
                           : identity_failure::ca_empty;
     return false;
   }
-  if (certs.size() > 1) {
+  if (certs.size() > max_cluster_cas) {
     why.step = identity_failure::ca_several;
     return false;
   }
-  if (X509_check_ca(certs.front().get()) < 1) {
-    why.step = identity_failure::ca_not_ca;
-    return false;
+  for (auto& cert : certs) {
+    if (X509_check_ca(cert.get()) < 1) {
+      why.step = identity_failure::ca_not_ca;
+      return false;
+    }
   }
-  out = std::move(certs.front());
+  out = std::move(certs);
   return true;
 }
 
-bool load_identity(const identity_files& files, x509_st* ca,
+bool load_identity(const identity_files& files, const ca_bundle& cas,
                    const std::vector<tls_purpose>& purposes, uint64_t self_id,
                    node_identity& out, identity_failure& why) {
   node_identity result;
@@ -295,7 +316,7 @@ bool load_identity(const identity_files& files, x509_st* ca,
     return false;
   }
   for (auto purpose : purposes) {
-    why.detail = chain_error(ca, result.leaf.get(), result.chain, purpose);
+    why.detail = chain_error(cas, result.leaf.get(), result.chain, purpose);
     if (!why.detail.empty()) {
       why.step = identity_failure::untrusted;
       why.purpose = purpose;

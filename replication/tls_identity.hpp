@@ -6,8 +6,9 @@
 //
 //   * a node's name is the DNS subjectAltName `node-<id>.oncegate` (the
 //     subject CN is never looked at, wildcards never match);
-//   * one cluster CA, the only trust anchor: its PEM file holds exactly that
-//     one CA certificate;
+//   * the cluster CA is the only trust anchor: its PEM file holds that one
+//     CA certificate, or, while the CA is being replaced, the old and the
+//     new one (at most `max_cluster_cas`; docs/cluster.md "Rotation");
 //   * a node's own certificate (leaf first, then any intermediates) chains
 //     to that CA, its private key is the certificate's, and it names this
 //     node's id.
@@ -37,6 +38,18 @@ struct openssl_free {
 
 using x509_ptr = std::unique_ptr<x509_st, openssl_free>;
 using pkey_ptr = std::unique_ptr<evp_pkey_st, openssl_free>;
+
+/// The cluster's trust anchors (the certificates of its CA file).
+using ca_bundle = std::vector<x509_ptr>;
+
+/// How many CA certificates a cluster CA file may hold.
+constexpr size_t max_cluster_cas = 4;
+
+/// A copy (new references) of `cas`.
+ca_bundle copy_of(const ca_bundle& cas);
+
+/// Whether `cert` is one of `cas`.
+bool is_one_of(x509_st* cert, const ca_bundle& cas);
 
 /// Drains OpenSSL's (thread-local) error queue into one line.
 std::string openssl_error();
@@ -98,7 +111,7 @@ struct identity_failure {
   enum step_t {
     ca_unreadable,   // the CA file cannot be opened
     ca_empty,        // it holds no certificate
-    ca_several,      // it holds more than one
+    ca_several,      // it holds more than max_cluster_cas
     ca_not_ca,       // its certificate is no CA
     cert_unreadable, // the certificate file cannot be opened
     cert_empty,      // it holds no certificate
@@ -115,14 +128,15 @@ struct identity_failure {
   uint64_t named = 0;
 };
 
-/// Reads the cluster CA: exactly one CA certificate in `path`.
-bool load_ca(const std::string& path, x509_ptr& out, identity_failure& why);
+/// Reads the cluster CA file: one to `max_cluster_cas` CA certificates in
+/// `path`.
+bool load_ca(const std::string& path, ca_bundle& out, identity_failure& why);
 
-/// Reads and checks a node's own certificate and key under `ca` (from
+/// Reads and checks a node's own certificate and key under `cas` (from
 /// `load_ca`), in this order: the certificate, the key, the key matches,
-/// the chain to `ca` for each of `purposes`, and, unless `self_id` is 0,
-/// that the certificate names exactly node `self_id`.
-bool load_identity(const identity_files& files, x509_st* ca,
+/// the chain to one of `cas` for each of `purposes`, and, unless `self_id`
+/// is 0, that the certificate names exactly node `self_id`.
+bool load_identity(const identity_files& files, const ca_bundle& cas,
                    const std::vector<tls_purpose>& purposes, uint64_t self_id,
                    node_identity& out, identity_failure& why);
 

@@ -306,11 +306,12 @@ std::string describe(const tls::identity_failure& why,
       return "ca_file " + opts.ca_file + ": no CA certificate loaded: "
              + why.detail;
     case failure::ca_several:
-      return "ca_file " + opts.ca_file
-             + ": holds more than one certificate (expected exactly the "
-               "cluster CA)";
+      return "ca_file " + opts.ca_file + ": holds more than "
+             + std::to_string(tls::max_cluster_cas)
+             + " certificates (expected the cluster CA, two while it is "
+               "replaced)";
     case failure::ca_not_ca:
-      return "ca_file " + opts.ca_file + ": not a CA certificate";
+      return "ca_file " + opts.ca_file + ": holds a certificate that is no CA";
     case failure::cert_unreadable:
     case failure::cert_empty:
       return "cert_file " + opts.cert_file + ": no certificate loaded: "
@@ -379,11 +380,11 @@ int tls_transport_init(raft_uv_transport* t, uv_loop_t* loop,
                      nullptr);
   // Our own certificate must pass what peers will check, in both roles:
   // better a clear error at start than refusals everywhere later.
-  tls::x509_ptr ca;
+  tls::ca_bundle cas;
   tls::node_identity self;
   tls::identity_failure why;
-  if (!tls::load_ca(opts.ca_file, ca, why)
-      || !tls::load_identity({opts.cert_file, opts.key_file, {}}, ca.get(),
+  if (!tls::load_ca(opts.ca_file, cas, why)
+      || !tls::load_identity({opts.cert_file, opts.key_file, {}}, cas,
                              {tls::tls_purpose::server,
                               tls::tls_purpose::client},
                              0, self, why)) {
@@ -392,10 +393,12 @@ int tls_transport_init(raft_uv_transport* t, uv_loop_t* loop,
   }
   // The context takes its own references.
   ERR_clear_error();
-  if (X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), ca.get()) != 1) {
-    error = "ca_file " + opts.ca_file + ": no CA certificate loaded: "
-            + tls::openssl_error();
-    return RAFT_INVALID;
+  for (auto& ca : cas) {
+    if (X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), ca.get()) != 1) {
+      error = "ca_file " + opts.ca_file + ": no CA certificate loaded: "
+              + tls::openssl_error();
+      return RAFT_INVALID;
+    }
   }
   auto used = SSL_CTX_use_certificate(ctx, self.leaf.get()) == 1;
   for (auto& c : self.chain)

@@ -424,6 +424,8 @@ caf::behavior front_impl(front_pointer self, node local,
 void cluster_node::shutdown() {
   local.shutdown();
   caf::anon_send_exit(front, caf::exit_reason::user_shutdown);
+  if (tls_sweeper)
+    caf::anon_send_exit(tls_sweeper, caf::exit_reason::user_shutdown);
 }
 
 caf::error prepare_peer_tls(caf::actor_system_config& cfg,
@@ -438,6 +440,7 @@ caf::error prepare_peer_tls(caf::actor_system_config& cfg,
   pc.key_file = copts.raft.tls->key_file;
   pc.handshake_timeout = copts.raft.tls->handshake_timeout;
   pc.member_sources_only = copts.member_sources_only;
+  pc.max_message_bytes = copts.max_peer_message;
   for (auto& p : copts.peers)
     pc.members.push_back({p.id, p.host, p.port});
   std::string error;
@@ -569,6 +572,9 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   result->links = std::make_shared<peer_links>(sys, copts.peers,
                                                copts.remote_timeout,
                                                copts.raft.tls.has_value());
+  if (copts.raft.tls)
+    result->tls_sweeper = tls::start_handshake_sweeper(
+      sys, std::chrono::milliseconds(200));
   result->front = sys.spawn(front_impl, result->local, result->raft,
                             result->links, copts,
                             std::max(*log_clock + 1, now()),

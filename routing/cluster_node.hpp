@@ -19,6 +19,7 @@
 #include "actors/node.hpp"
 #include "replication/raft_node.hpp"
 #include "replication/raft_sink.hpp"
+#include "routing/peer_tls.hpp"
 
 namespace oncegate::cluster {
 
@@ -53,6 +54,9 @@ struct cluster_options {
   /// With TLS: the CAF port refuses, before any TLS, connections from an
   /// address that is no member's (`tls::policy_config::member_sources_only`).
   bool member_sources_only = true;
+  /// With TLS: the largest message (BASP payload) another node may send
+  /// (`tls::policy_config::max_message_bytes`).
+  uint32_t max_peer_message = tls::policy_config{}.max_message_bytes;
 };
 
 /// Cached handles of the other nodes' front actors (thread-safe). Connects
@@ -102,6 +106,8 @@ public:
   std::shared_ptr<std::atomic<uint64_t>> refused_messages
     = std::make_shared<std::atomic<uint64_t>>(0);
   uint16_t front_port = 0;
+  /// With TLS: paces pending handshakes (tls::start_handshake_sweeper).
+  caf::actor tls_sweeper;
   cluster_options opts;
 
   /// Stops the alarm, registries, store and front; then Raft.

@@ -96,11 +96,12 @@ std::string describe(const identity_failure& why, const policy_config& cfg) {
     case failure::ca_empty:
       return "no certificate in CA file " + cfg.ca_file + ": " + why.detail;
     case failure::ca_several:
-      return "CA file " + cfg.ca_file
-             + " holds more than one certificate (expected exactly the "
-               "cluster CA)";
+      return "CA file " + cfg.ca_file + " holds more than "
+             + std::to_string(max_cluster_cas)
+             + " certificates (expected the cluster CA, two while it is "
+               "replaced)";
     case failure::ca_not_ca:
-      return "certificate in " + cfg.ca_file + " is not a CA";
+      return "a certificate in " + cfg.ca_file + " is not a CA";
     case failure::cert_unreadable:
       return "cannot read " + cfg.cert_file + ": " + why.detail;
     case failure::cert_empty:
@@ -123,7 +124,7 @@ std::string describe(const identity_failure& why, const policy_config& cfg) {
   return why.detail;
 }
 
-bool read_ca(const policy_config& cfg, x509_ptr& out, std::string& error) {
+bool read_ca(const policy_config& cfg, ca_bundle& out, std::string& error) {
   identity_failure why;
   if (load_ca(cfg.ca_file, out, why))
     return true;
@@ -132,12 +133,12 @@ bool read_ca(const policy_config& cfg, x509_ptr& out, std::string& error) {
 }
 
 // This node's certificate and key, naming `cfg.self_id` under `ca`.
-bool read_identity(const policy_config& cfg, X509* ca,
+bool read_identity(const policy_config& cfg, const ca_bundle& cas,
                    std::shared_ptr<const node_identity>& out,
                    std::string& error) {
   auto result = std::make_shared<node_identity>();
   identity_failure why;
-  if (!load_identity({cfg.cert_file, cfg.key_file, cfg.key_passphrase}, ca,
+  if (!load_identity({cfg.cert_file, cfg.key_file, cfg.key_passphrase}, cas,
                      {tls_purpose::any}, cfg.self_id, *result, why)) {
     error = describe(why, cfg);
     return false;
@@ -276,10 +277,10 @@ int verify_peer(int preverify_ok, X509_STORE_CTX* sctx) {
     ev.reason = "no policy state";
     return reject(sctx, std::move(ev));
   }
-  // Pin: the chain must end in the cluster CA itself.
+  // Pin: the chain must end in a cluster CA itself.
   auto chain = X509_STORE_CTX_get0_chain(sctx);
   auto n = chain != nullptr ? sk_X509_num(chain) : 0;
-  if (n < 2 || X509_cmp(sk_X509_value(chain, n - 1), st->ca.get()) != 0) {
+  if (n < 2 || !is_one_of(sk_X509_value(chain, n - 1), st->cas)) {
     ev.reason = "certificate is not issued under the cluster CA";
     return reject(sctx, std::move(ev));
   }
@@ -317,6 +318,8 @@ int verify_peer(int preverify_ok, X509_STORE_CTX* sctx) {
       return reject(sctx, std::move(ev));
     }
   }
+  if (auto hs = state_of(ssl))
+    hs->peer_id = ev.named_id;
   ev.kind = event::accepted;
   report(std::move(ev));
   return 1;
@@ -335,16 +338,19 @@ bool configure(caf::actor_system_config& cfg, const policy_config& config,
   }
   auto st = std::make_shared<policy_state>();
   st->config = config;
-  if (!read_ca(config, st->ca, error)
-      || !read_identity(config, st->ca.get(), st->self, error)
+  if (!read_ca(config, st->cas, error)
+      || !read_identity(config, st->cas, st->self, error)
       || !index_members(config.members, *st, error))
     return false;
   uintptr_t lo = 0;
   uintptr_t hi = 0;
   // Defined beside the interposers: these calls are what links them in.
-  if (!find_caf_openssl(lo, hi)) {
-    error = "libcaf_openssl is not loaded as a shared library: the peer "
-            "policy cannot be enforced";
+  uintptr_t io_lo = 0;
+  uintptr_t io_hi = 0;
+  if (!find_library("libcaf_openssl", lo, hi)
+      || !find_library("libcaf_io", io_lo, io_hi)) {
+    error = "libcaf_openssl or libcaf_io is not loaded as a shared library: "
+            "the peer policy cannot be enforced";
     return false;
   }
   auto& G = g();
@@ -358,7 +364,10 @@ bool configure(caf::actor_system_config& cfg, const policy_config& config,
   }
   G.caf_lo = lo;
   G.caf_hi = hi;
+  G.caf_io_lo = io_lo;
+  G.caf_io_hi = io_hi;
   G.timeout_ms = config.handshake_timeout.count();
+  G.max_message = config.max_message_bytes;
   G.active.store(true, std::memory_order_release);
   // CAF needs these to run in certificate mode at all (otherwise it uses
   // unauthenticated TLS); the files it reads are replaced by our copies.
@@ -407,6 +416,16 @@ bool self_test(caf::actor_system& sys, std::string& error) {
   close(fds[1]);
   if (!error.empty())
     return false;
+  auto expected = caf_host_id(current_state()->config.self_id);
+  auto self = sys.node();
+  if (!self || self->implementation_id() != caf::node_id::default_data::class_id
+      || static_cast<const caf::node_id::default_data&>(*self).host_id()
+           != expected) {
+    error = "the actor system's node id " + caf::to_string(self)
+            + " is not bound to this node (libcaf_io's call of "
+              "node_id::default_data::local did not reach the peer policy)";
+    return false;
+  }
   const char* names[hook_count] = {
       "SSL_CTX_set_verify", "SSL_CTX_use_certificate_chain_file",
       "SSL_CTX_use_PrivateKey_file", "SSL_connect", "SSL_accept"};
@@ -430,7 +449,7 @@ bool update_members(const std::vector<member>& members, std::string& error) {
   auto st = std::make_shared<policy_state>();
   st->config = old->config;
   st->config.members = members;
-  st->ca.reset(X509_dup(old->ca.get()));
+  st->cas = copy_of(old->cas);
   st->self = old->self;
   if (!index_members(members, *st, error))
     return false;
@@ -446,11 +465,11 @@ bool reload_identity(std::string& error) {
     return false;
   }
   std::shared_ptr<const node_identity> fresh;
-  if (!read_identity(old->config, old->ca.get(), fresh, error))
+  if (!read_identity(old->config, old->cas, fresh, error))
     return false;
   auto st = std::make_shared<policy_state>();
   st->config = old->config;
-  st->ca.reset(X509_dup(old->ca.get()));
+  st->cas = copy_of(old->cas);
   st->self = std::move(fresh);
   st->member_ips = old->member_ips;
   st->by_endpoint = old->by_endpoint;

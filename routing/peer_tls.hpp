@@ -15,15 +15,21 @@
 //   * an outgoing connection to the CAF address of node N must be answered
 //     by a certificate naming N (the node is found from the socket's peer
 //     address, so connect to the addresses of the member table);
+//   * the CAF node id a peer claims is the one of the member its
+//     certificate names, and it speaks only in its own name (routing/
+//     peer_basp.hpp: a stolen certificate cannot pose as another member);
 //   * TLS 1.3 only; a handshake that does not finish within a deadline is
-//     dropped (CAF 0.17 busy-polls a socket while its handshake is pending);
+//     dropped; while it waits for the peer, the socket's write interest is
+//     held back (CAF 0.17 would busy-poll it: peer_tls_sockets.cpp);
 //   * this node's certificate and key are served from memory, loaded and
 //     checked as a pair, so replacing the files never breaks (CAF re-reads
 //     them for every connection and aborts the process if they don't load).
 //
 // How: libcaf_openssl.so calls OpenSSL through the PLT, so the executable
 // defines SSL_CTX_set_verify, SSL_CTX_use_certificate_chain_file,
-// SSL_CTX_use_PrivateKey_file, SSL_connect and SSL_accept; the dynamic
+// SSL_CTX_use_PrivateKey_file, SSL_connect, SSL_accept, SSL_read and
+// SSL_write (and libcaf_io's calls of epoll_ctl and
+// node_id::default_data::local); the dynamic
 // linker binds libcaf_openssl's calls to them, and they forward to libssl
 // (dlsym RTLD_NEXT). Only calls coming from libcaf_openssl are changed;
 // other OpenSSL users in the process are left alone. Requires CAF as a
@@ -41,6 +47,8 @@
 
 // node_id_of_cert_file and the naming rule.
 #include "replication/tls_identity.hpp"
+
+#include <caf/actor.hpp>
 
 namespace caf {
 class actor_system;
@@ -72,6 +80,8 @@ struct policy_config {
   std::vector<member> members;
   /// A TLS handshake not finished after this long is dropped (0: never).
   std::chrono::milliseconds handshake_timeout{10000};
+  /// The largest BASP payload a peer may send (CAF allocates it whole).
+  uint32_t max_message_bytes = 64u << 20;
   /// Also require an incoming peer's source IP to be an address of the node
   /// its certificate names. Off by default: wrong behind NAT or on hosts
   /// that connect out from another interface than they publish on.
@@ -109,6 +119,13 @@ bool configure(caf::actor_system_config& cfg, const policy_config& config,
 /// this unit (not, e.g., because CAF is linked statically or this unit was
 /// left out by the linker). Refuse to start the node if it fails.
 bool self_test(caf::actor_system& sys, std::string& error);
+
+/// Spawns the actor that, every `period`, gives the sockets whose TLS
+/// handshake waits for the peer one write event (their write interest is
+/// held back meanwhile, or CAF 0.17 busy-polls them): the handshake
+/// deadline is enforced then. Exit it before the actor system ends.
+caf::actor start_handshake_sweeper(caf::actor_system& sys,
+                                   std::chrono::milliseconds period);
 
 /// Replaces the member table (membership change). Addresses are resolved
 /// now; existing connections are not touched.

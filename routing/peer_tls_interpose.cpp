@@ -9,12 +9,13 @@
 // deadline. What the policy decides is peer_tls.cpp.
 //
 // This object must end up in the executable: configure() calls
-// find_caf_openssl() and allocate_ex_indexes() below, so the linker takes
+// find_library() and allocate_ex_indexes() below, so the linker takes
 // it whenever the policy is used, and self_test() proves at start that the
 // calls arrive.
 
 #include <dlfcn.h>
 #include <link.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,18 +28,14 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <caf/actor_system_config.hpp>
+#include <caf/node_id.hpp>
+
 namespace oncegate::tls {
 
 using namespace detail;
 
 namespace {
-
-struct handshake_state {
-  std::chrono::steady_clock::time_point started;
-  bool expired = false;
-  /// The verify callback reported on this handshake.
-  bool decided = false;
-};
 
 void free_handshake_state(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
   delete static_cast<handshake_state*>(ptr);
@@ -52,17 +49,18 @@ void free_identity_ref(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
 
 namespace detail {
 
-bool find_caf_openssl(uintptr_t& lo, uintptr_t& hi) {
+bool find_library(const char* library, uintptr_t& lo, uintptr_t& hi) {
   struct range {
+    const char* library;
     uintptr_t lo = UINTPTR_MAX;
     uintptr_t hi = 0;
-  } r;
+  } r{library};
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* data) -> int {
-        auto name = info->dlpi_name;
-        if (name == nullptr || strstr(name, "libcaf_openssl") == nullptr)
-          return 0;
         auto out = static_cast<range*>(data);
+        auto name = info->dlpi_name;
+        if (name == nullptr || strstr(name, out->library) == nullptr)
+          return 0;
         for (int i = 0; i < info->dlpi_phnum; ++i) {
           auto& ph = info->dlpi_phdr[i];
           if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0)
@@ -92,11 +90,23 @@ bool allocate_ex_indexes() {
   return G.ssl_index >= 0 && G.ctx_index >= 0;
 }
 
-void mark_decided(SSL* ssl) {
+handshake_state* state_of(SSL* ssl) {
   if (ssl == nullptr || g().ssl_index < 0)
-    return;
-  if (auto hs =
-          static_cast<handshake_state*>(SSL_get_ex_data(ssl, g().ssl_index)))
+    return nullptr;
+  return static_cast<handshake_state*>(SSL_get_ex_data(ssl, g().ssl_index));
+}
+
+void* next_symbol_address(const char* name) {
+  auto ptr = dlsym(RTLD_NEXT, name);
+  if (ptr == nullptr) {
+    std::fprintf(stderr, "peer_tls: %s not found after this object\n", name);
+    std::abort();
+  }
+  return ptr;
+}
+
+void mark_decided(SSL* ssl) {
+  if (auto hs = state_of(ssl))
     hs->decided = true;
 }
 
@@ -110,15 +120,6 @@ bool from_caf_openssl(const void* return_address) {
          && addr < g().caf_hi.load(std::memory_order_relaxed);
 }
 
-template <class Fn>
-Fn next_symbol(const char* name) {
-  auto ptr = dlsym(RTLD_NEXT, name);
-  if (ptr == nullptr) {
-    std::fprintf(stderr, "peer_verify: %s not found after this object\n", name);
-    std::abort();
-  }
-  return reinterpret_cast<Fn>(ptr);
-}
 
 bool policy_applies(const void* return_address) {
   return g().active.load(std::memory_order_acquire)
@@ -127,25 +128,12 @@ bool policy_applies(const void* return_address) {
 
 // With `policy_config::member_sources_only`: whether an inbound
 // connection comes from an address of some member (reported and marked
-// decided when it does not).
+// decided when it does not; the accept interposer closes most such
+// connections before a session exists).
 bool from_member_host(SSL* ssl, handshake_state* hs) {
-  auto st = current_state();
-  if (!st || !st->config.member_sources_only)
+  if (!refuse_stranger(SSL_get_fd(ssl)))
     return true;
-  std::string ip;
-  auto peer = peer_of(SSL_get_fd(ssl), &ip);
-  if (ip.empty())
-    return true; // not an IP socket (the start-up self test's socketpair)
-  for (auto& kv : st->member_ips)
-    if (kv.second.count(ip) != 0)
-      return true;
   hs->decided = true;
-  event ev;
-  ev.kind = event::rejected;
-  ev.inbound = true;
-  ev.peer = peer;
-  ev.reason = "connection from " + ip + ", which is no member's address";
-  report(std::move(ev));
   return false;
 }
 
@@ -162,7 +150,8 @@ int guarded_handshake(SSL* ssl, int (*real)(SSL*), const void* caller,
   if (G.ssl_index >= 0) {
     hs = static_cast<handshake_state*>(SSL_get_ex_data(ssl, G.ssl_index));
     if (hs == nullptr) {
-      hs = new handshake_state{std::chrono::steady_clock::now()};
+      hs = new handshake_state;
+      hs->started = std::chrono::steady_clock::now();
       if (SSL_set_ex_data(ssl, G.ssl_index, hs) != 1) {
         delete hs;
         hs = nullptr;
@@ -200,10 +189,20 @@ int guarded_handshake(SSL* ssl, int (*real)(SSL*), const void* caller,
   // fatal error, and CAF would drop a healthy member's link.
   ERR_clear_error();
   auto ret = real(ssl);
+  auto err = ret == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl, ret);
+  if (hs != nullptr) {
+    // Waiting for the peer: no write events until it sends (peer_tls_sockets).
+    if (err == SSL_ERROR_WANT_READ) {
+      hs->held_fd = SSL_get_fd(ssl);
+      hold_writes(hs->held_fd);
+    } else if (hs->held_fd >= 0) {
+      release_writes(hs->held_fd);
+      hs->held_fd = -1;
+    }
+  }
   if (ret != 1 && hs != nullptr && !hs->decided) {
     // Failures the verify callback never saw: no certificate, no common
     // protocol, not TLS at all, peer gone.
-    auto err = SSL_get_error(ssl, ret);
     if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
       hs->decided = true;
       event ev;
@@ -223,9 +222,81 @@ int guarded_handshake(SSL* ssl, int (*real)(SSL*), const void* caller,
   return ret;
 }
 
+// Refuses the connection of `ssl` for `why`: reported once, and every
+// further read and write fails (SSL_ERROR_SSL: CAF closes the connection).
+int refuse(SSL* ssl, handshake_state* hs, std::string why) {
+  if (hs == nullptr || !hs->refused) {
+    if (hs != nullptr)
+      hs->refused = true;
+    event ev;
+    ev.kind = event::rejected;
+    ev.inbound = SSL_is_server(ssl) == 1;
+    ev.peer = peer_of(SSL_get_fd(ssl));
+    ev.named_id = hs != nullptr ? hs->peer_id : 0;
+    ev.reason = std::move(why);
+    report(std::move(ev));
+  }
+  ERR_raise_data(ERR_LIB_USER, 1, "oncegate: peer refused");
+  return -1;
+}
+
+// SSL_read for libcaf_openssl: what the peer sends passes the connection's
+// BASP guard before CAF sees it (peer_basp.hpp).
+int checked_read(SSL* ssl, void* buf, int num, int (*real)(SSL*, void*, int)) {
+  auto hs = state_of(ssl);
+  if (hs == nullptr || hs->peer_id == 0)
+    return refuse(ssl, hs, "no verified peer on this connection");
+  if (hs->refused)
+    return refuse(ssl, hs, {});
+  auto ret = real(ssl, buf, num);
+  if (ret <= 0)
+    return ret;
+  if (!hs->guard) {
+    caf::node_id self;
+    {
+      std::lock_guard<std::mutex> guard{g().mtx};
+      self = g().self_node;
+    }
+    if (!self)
+      return refuse(ssl, hs, "this node's CAF node id is not the policy's");
+    hs->guard = std::make_unique<basp_guard>(
+        hs->peer_id, std::move(self), g().max_message.load());
+  }
+  auto why = hs->guard->feed(static_cast<const char*>(buf),
+                             static_cast<size_t>(ret));
+  if (why.empty())
+    return ret;
+  return refuse(ssl, hs, std::move(why));
+}
+
 } // namespace
 
 } // namespace oncegate::tls
+
+// -- this node's CAF node id ---------------------------------------------------
+//
+// libcaf_io's middleman asks for the node id once, while the actor system
+// starts; under the policy it is (pid, caf_host_id(this node)), so that
+// peers can tell which member a node id claims to be (peer_basp.hpp).
+
+namespace caf {
+
+node_id node_id::default_data::local(const actor_system_config& cfg) {
+  using local_fn = node_id (*)(const actor_system_config&);
+  static const auto real = oncegate::tls::detail::next_symbol<local_fn>(
+      "_ZN3caf7node_id12default_data5localERKNS_19actor_system_configE");
+  auto& G = oncegate::tls::detail::g();
+  auto st = oncegate::tls::detail::current_state();
+  if (!G.active.load(std::memory_order_acquire) || !st)
+    return real(cfg);
+  auto id = oncegate::tls::caf_node_of(st->config.self_id,
+                                       static_cast<uint32_t>(getpid()));
+  std::lock_guard<std::mutex> guard{G.mtx};
+  G.self_node = id;
+  return id;
+}
+
+} // namespace caf
 
 // -- interposed OpenSSL functions ---------------------------------------------
 //
@@ -233,7 +304,7 @@ int guarded_handshake(SSL* ssl, int (*real)(SSL*), const void* caller,
 // caller in the process; calls that don't come from libcaf_openssl (or come
 // before configure()) are forwarded unchanged.
 
-using oncegate::tls::next_symbol;
+using oncegate::tls::detail::next_symbol;
 using oncegate::tls::policy_applies;
 using oncegate::tls::detail::g;
 
@@ -257,7 +328,8 @@ ONCEGATE_INTERPOSE void SSL_CTX_set_verify(SSL_CTX* ctx, int mode,
        oncegate::tls::detail::verify_peer);
   if (auto st = oncegate::tls::detail::current_state()) {
     if (auto store = X509_STORE_new()) {
-      X509_STORE_add_cert(store, st->ca.get());
+      for (auto& ca : st->cas)
+        X509_STORE_add_cert(store, ca.get());
       SSL_CTX_set_cert_store(ctx, store); // takes ownership
     }
   }
@@ -324,18 +396,24 @@ ONCEGATE_INTERPOSE int SSL_accept(SSL* ssl) {
 // SSL_get_error after each of these without emptying the thread's error
 // queue first, as OpenSSL requires: a stale entry (a stranger's refused
 // handshake) made CAF close every member connection it served next.
+// Reads also pass the BASP guard; a refused connection neither reads nor
+// writes again.
 ONCEGATE_INTERPOSE int SSL_read(SSL* ssl, void* buf, int num) {
   static const auto real = next_symbol<int (*)(SSL*, void*, int)>("SSL_read");
-  if (oncegate::tls::policy_applies(__builtin_return_address(0)))
-    ERR_clear_error();
-  return real(ssl, buf, num);
+  if (!oncegate::tls::policy_applies(__builtin_return_address(0)))
+    return real(ssl, buf, num);
+  ERR_clear_error();
+  return oncegate::tls::checked_read(ssl, buf, num, real);
 }
 
 ONCEGATE_INTERPOSE int SSL_write(SSL* ssl, const void* buf, int num) {
   static const auto real
     = next_symbol<int (*)(SSL*, const void*, int)>("SSL_write");
-  if (oncegate::tls::policy_applies(__builtin_return_address(0)))
-    ERR_clear_error();
+  if (!oncegate::tls::policy_applies(__builtin_return_address(0)))
+    return real(ssl, buf, num);
+  ERR_clear_error();
+  if (auto hs = oncegate::tls::detail::state_of(ssl); hs && hs->refused)
+    return oncegate::tls::refuse(ssl, hs, {});
   return real(ssl, buf, num);
 }
 

@@ -68,7 +68,10 @@ if [[ ! -f $dir/ca.pem || ! -f $dir/ca.key ]]; then
     exit 1
   fi
   openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/ca.key"
-  openssl req -new -key "$tmp/ca.key" -subj "/CN=oncegate cluster CA" \
+  # A name of its own: while a CA is replaced, nodes trust the old and the
+  # new one, and a certificate's issuer must name exactly one of them.
+  openssl req -new -key "$tmp/ca.key" \
+    -subj "/CN=oncegate cluster CA $(date -u +%Y%m%d%H%M%S) $(openssl rand -hex 4)" \
     -out "$tmp/ca.csr" 2>/dev/null
   printf '%s\n' "basicConstraints=critical,CA:TRUE,pathlen:0" \
     "keyUsage=critical,keyCertSign,cRLSign" \
@@ -95,6 +98,7 @@ basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth,clientAuth
 subjectAltName=DNS:node-$id.oncegate
+authorityKeyIdentifier=keyid:always
 EOF
   sign "$tmp/node.csr" "$tmp/node.pem" "$days" "$tmp/ext.cnf" \
     -cert "$dir/ca.pem" -keyfile "$dir/ca.key"

@@ -38,7 +38,7 @@ if ! command -v "$cxx" >/dev/null 2>&1; then
 fi
 
 all_targets=(fuzz_request fuzz_canonical_json fuzz_standard_webhooks
-             fuzz_idempotency_key)
+             fuzz_idempotency_key fuzz_basp_guard)
 
 # Product sources each target needs (relative to the repository root).
 sources_of() {
@@ -54,6 +54,15 @@ sources_of() {
     fuzz_idempotency_key)
       echo api/idempotency_key.cpp api/json_text.cpp \
            common/sha256.cpp api/auth.cpp api/url.cpp ;;
+    fuzz_basp_guard)
+      echo routing/peer_basp.cpp ;;
+  esac
+}
+
+# Libraries beyond the common ones.
+libs_of() {
+  case "$1" in
+    fuzz_basp_guard) echo -lcaf_io -lcaf_core ;;
   esac
 }
 
@@ -140,7 +149,7 @@ for t in "${targets[@]}"; do
   fi
   spawn "$t" "$log_dir/build-$t.log" \
     "$cxx" "${flags[@]}" "tests/fuzz/$t.cpp" "${objs[@]}" "${libs[@]}" \
-    -o "$bin_dir/$t"
+    $(libs_of "$t") -o "$bin_dir/$t"
 done
 wait
 

@@ -1045,6 +1045,17 @@ CAF_TEST(bad certificate files are reported with the file and the reason) {
   CAF_REQUIRE_EQUAL(std::system(("echo 'not a certificate' > " + garbage).c_str()),
                     0);
   auto missing = c.dir.file("missing.pem");
+  // CA files of several certificates: a node certificate among them, more
+  // than tls::max_cluster_cas, and the two CAs of a CA change (good).
+  auto with_leaf = c.dir.file("ca-and-leaf.pem");
+  auto five = c.dir.file("five-cas.pem");
+  auto both = c.dir.file("both-cas.pem");
+  CAF_REQUIRE_EQUAL(std::system(("cat " + c.ca + " " + c.pem(1) + " > "
+                                 + with_leaf + " && for i in 1 2 3 4 5; do "
+                                 "cat " + c.ca + "; done > " + five + " && cat "
+                                 + c.ca + " " + c.foreign_ca + " > " + both)
+                                  .c_str()),
+                    0);
   struct bad_case {
     const char* what;
     std::string ca, cert, key;
@@ -1067,6 +1078,10 @@ CAF_TEST(bad certificate files are reported with the file and the reason) {
      {"cert_file", c.foreign_pem(), "does not verify against", c.ca}},
     {"self-signed certificate", c.ca, c.self_pem, c.self_key,
      {"cert_file", c.self_pem, "does not verify"}},
+    {"CA file with a node certificate", with_leaf, c.pem(1), c.key(1),
+     {"ca_file", with_leaf, "no CA"}},
+    {"CA file with five certificates", five, c.pem(1), c.key(1),
+     {"ca_file", five, "more than 4"}},
   };
   for (auto& x : cases) {
     CAF_MESSAGE(x.what);
@@ -1083,6 +1098,23 @@ CAF_TEST(bad certificate files are reported with the file and the reason) {
     for (auto& m : x.mentions)
       CAF_CHECK(error.find(m) != std::string::npos);
     CAF_CHECK(t.impl == nullptr);
+  }
+  for (auto [cert, key] : {std::pair{c.pem(1), c.key(1)},
+                           std::pair{c.foreign_pem(), c.foreign_key()}}) {
+    CAF_MESSAGE("while the CA is replaced, certificates of either CA: "
+                << cert);
+    tls_transport_options opts;
+    opts.ca_file = both;
+    opts.cert_file = cert;
+    opts.key_file = key;
+    opts.peers = members;
+    raft_uv_transport t;
+    std::memset(&t, 0, sizeof(t));
+    std::string error;
+    CAF_CHECK_EQUAL(tls_transport_init(&t, &loop, opts, error), 0);
+    CAF_CHECK_EQUAL(error, "");
+    if (t.impl != nullptr)
+      tls_transport_close(&t);
   }
   {
     CAF_MESSAGE("a peer address that is not host:port");

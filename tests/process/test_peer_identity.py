@@ -1,0 +1,233 @@
+"""A stolen member certificate cannot pose as another member on the CAF
+port (routing/peer_basp): the BASP node id a peer claims is bound to the
+node its certificate names.
+
+A 3-node cluster on mutual TLS; the rogue holds follower B's valid
+certificate and key (stolen) and attacks follower A while a sender posts
+unique keys through A (A forwards each one to the leader L over CAF). The
+rogue first learns L's CAF node id from L's own server handshake (anyone
+with a member certificate can read it). Then, each on a new connection to
+A's CAF port (BASP frames from tests/process/basp.py):
+
+1. a client handshake claiming L's node id, asking A to route L's traffic
+   through this connection (select_connection_flag): before the guard, A
+   sent the rogue the requests meant for the leader, so the rogue could
+   answer "go ahead" for a key L had already decided;
+2. a client handshake claiming A's own node id;
+3. a handshake with B's own id, then a routed message whose source is L;
+4. the same, then a down message for L's published actor (it would kill
+   A's handle of the leader's front actor);
+5. the same, then a monitor message in L's name;
+6. (control) a handshake with B's own id, answering heartbeats: stays
+   open, gets heartbeats only.
+
+1-5 must be closed by A within CLOSE_BOUND, get nothing but A's own
+server handshake (and heartbeats), and leave one refusal line naming the
+rogue's source port; 6 must not be closed. Throughout, every key sent
+through A is answered 200 (no gap above MAX_GAP), the leader and term stay,
+every key executed exactly once. At the end every node stops cleanly (no
+exit watchdog) with silent connections pending a TLS handshake."""
+
+import os
+import re
+import socket
+import ssl
+import sys
+import threading
+import time
+import unittest
+
+import basp
+from harness import wait_for
+from test_cluster import OwnClusterCase, with_logs
+from test_cluster_faults import log_size, log_text
+from test_peer_security import ports_of, tls_context
+
+CLOSE_BOUND = 1.0
+# Below cluster.remote-timeout (1 s): a forward lost to the rogue shows.
+MAX_GAP = 0.8
+CONTROL_OPEN = 1.5
+
+
+class Sender:
+    """Posts unique keys to one node, one at a time, until stopped (bounded:
+    MAX_KEYS keys); records (time, key, status)."""
+
+    MAX_KEYS = 3000
+
+    def __init__(self, case, node_id):
+        self.case = case
+        self.node_id = node_id
+        self.results = []
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        for n in range(self.MAX_KEYS):
+            if self.stop_flag.is_set():
+                return
+            key = "identity-%d" % n
+            try:
+                status = self.case.post(self.node_id, key, timeout=5)[0]
+            except OSError as e:
+                status = repr(e)
+            self.results.append((time.monotonic(), key, status))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_flag.set()
+        self.thread.join(15)
+
+
+class PeerIdentityTest(OwnClusterCase):
+
+    maxDiff = None
+
+    def connect(self, node_id, cert_of):
+        """A TLS connection to node `node_id`'s CAF port with member
+        `cert_of`'s certificate, and that node's server handshake."""
+        tls = self.cluster.tls_dir
+        ctx = tls_context(os.path.join(tls, "node-%d.pem" % cert_of),
+                          os.path.join(tls, "node-%d.key" % cert_of))
+        port = ports_of(self.cluster, node_id)[1]
+        sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port),
+                                                        timeout=5))
+        op, _, _, _, _, payload = basp.read_frame(sock)
+        self.assertEqual(op, basp.SERVER_HANDSHAKE)
+        return sock, basp.server_handshake(payload)
+
+    @with_logs
+    def test_a_stolen_certificate_cannot_pose_as_another_member(self):
+        ids = [1, 2, 3]
+        lid = self.start_nodes(ids, ids)
+        a, b = [i for i in ids if i != lid]
+        term = self.cluster.statuses([a])[a]["term"]
+        sock, (leader_node, leader_aid) = self.connect(lid, b)
+        sock.close()
+        atom, _, leader_host = basp.split_node_id(leader_node)
+        host_bound = leader_host == basp.caf_host_id(lid)
+        own_b = basp.node_id(atom, 4242, basp.caf_host_id(b))
+        garbage = os.urandom(64)
+        mark = log_size(self.cluster.node(a))
+        probes = []
+        with Sender(self, a) as sender:
+            self.assertTrue(wait_for(lambda: len(sender.results) >= 20, 15),
+                            "no answers through node %d" % a)
+            t_start = time.monotonic()
+            for name, frames in (
+                    ("claims the leader's node id",
+                     [basp.client_handshake(leader_node)]),
+                    ("claims the attacked node's own id", None),
+                    ("routed message in the leader's name",
+                     [basp.client_handshake(own_b),
+                      basp.frame(basp.ROUTED_MESSAGE, leader_node + "{A}"
+                                 .encode() + garbage, src=leader_aid,
+                                 dst=1)]),
+                    ("down message for the leader's front actor",
+                     [basp.client_handshake(own_b),
+                      basp.frame(basp.DOWN_MESSAGE, leader_node + "{A}"
+                                 .encode() + garbage, src=leader_aid)]),
+                    ("monitor message in the leader's name",
+                     [basp.client_handshake(own_b),
+                      basp.frame(basp.MONITOR_MESSAGE, leader_node + "{A}"
+                                 .encode(), dst=1)])):
+                sock, (a_node, _) = self.connect(a, b)
+                src = sock.getsockname()[1]
+                if frames is None:
+                    frames = [basp.client_handshake(a_node)]
+                data = b"".join(frames).replace(b"{A}", a_node)
+                t0 = time.monotonic()
+                try:
+                    sock.sendall(data)
+                    seen, closed = basp.read_until_closed(sock, CLOSE_BOUND)
+                except (ssl.SSLError, OSError) as e:
+                    seen, closed = [("send failed", repr(e))], True
+                took = time.monotonic() - t0
+                sock.close()
+                probes.append((name, src, seen, closed, took))
+            # The control: B's own id is B's to claim.
+            sock, _ = self.connect(a, b)
+            src_ok = sock.getsockname()[1]
+            sock.sendall(basp.client_handshake(own_b))
+            control_seen, control_closed = basp.read_until_closed(
+                sock, CONTROL_OPEN, answer_heartbeats=True)
+            sock.close()
+            t_end = time.monotonic()
+            recovered = wait_for(
+                lambda: sum(1 for t, _, s in sender.results
+                            if t > t_end and s == 200) >= 10, 10)
+        for name, src, seen, closed, took in probes:
+            print("  %s: src=%d closed=%s after %.2fs, received (op, dst) %s"
+                  % (name, src, closed, took, seen[:8]), file=sys.stderr)
+        text = log_text(self.cluster.node(a), mark)
+        refusals = {}
+        for line in text.splitlines():
+            m = re.search(r"peer_tls\.rejected inbound peer=127\.0\.0\.1:(\d+)"
+                          r" .*BASP", line)
+            if m:
+                refusals.setdefault(int(m.group(1)), []).append(line)
+        problems = [] if host_bound else [
+            "the leader's CAF host id %s is not caf_host_id(%d)"
+            % (leader_host.hex(), lid)]
+        for name, src, seen, closed, took in probes:
+            if not closed:
+                problems.append("%s: not closed within %.1fs" % (name,
+                                                                 CLOSE_BOUND))
+            got = [x for x in seen if x[0] != basp.HEARTBEAT]
+            if got:
+                problems.append("%s: the rogue received %s" % (name, got))
+            if len(refusals.get(src, [])) != 1:
+                problems.append("%s: expected one BASP refusal line for port "
+                                "%d, got %s" % (name, src,
+                                                refusals.get(src)))
+        if not recovered:
+            problems.append("no answers through node %d after the rogue: %s"
+                            % (a, sender.results[-3:]))
+        self.assertEqual(problems, [], "a stolen certificate posed as "
+                         "another member")
+        self.assertFalse(control_closed, "the control (node %d's own id) was "
+                         "closed: %s" % (b, control_seen))
+        self.assertEqual([x for x in control_seen if x[0] != basp.HEARTBEAT],
+                         [], "the control received messages")
+        self.assertNotIn(src_ok, refusals, "the control was refused")
+        # The cluster served on, through the attacked node, at once.
+        during = [(t, k, s) for t, k, s in sender.results
+                  if t_start <= t <= t_end]
+        failed = [(k, s) for _, k, s in sender.results if s != 200]
+        self.assertEqual(failed, [], "keys through node %d not answered 200"
+                         % a)
+        points = [t_start] + [t for t, _, _ in during] + [t_end]
+        gap = max(y - x for x, y in zip(points, points[1:]))
+        print("%d answers through node %d while the rogue knocked, largest "
+              "gap %.2fs" % (len(during), a, gap), file=sys.stderr)
+        self.assertLessEqual(gap, MAX_GAP, "node %d stalled" % a)
+        st = self.cluster.statuses(ids)
+        self.assertEqual({i: (s["term"], s["leader_id"]) for i, s in
+                          st.items()}, {i: (term, lid) for i in ids})
+        counts = self.up.counts()["keys"]
+        keys = [k for _, k, _ in sender.results]
+        self.assertEqual([k for k in keys if counts.get(k) != 1], [],
+                         "keys not executed exactly once")
+        # Each node stops cleanly (no exit watchdog: Node.stop() fails on
+        # it) while handshakes are pending on its CAF port: silent TCP
+        # connections, whose write interest peer_tls holds back.
+        pending = []
+        try:
+            for i in ids:
+                port = ports_of(self.cluster, i)[1]
+                pending += [socket.create_connection(("127.0.0.1", port),
+                                                     timeout=5)
+                            for _ in range(3)]
+            for i in ids:
+                self.assertEqual(self.cluster.node(i).stop(), 0,
+                                 "node %d" % i)
+        finally:
+            for sock in pending:
+                sock.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
