@@ -26,7 +26,8 @@ class InstallTest(unittest.TestCase):
 
     def test_files_are_in_place(self):
         for rel in ("bin/oncegate", "bin/oncegate-drill",
-                    "bin/test_upstream.py", "etc/oncegate/oncegate.ini",
+                    "bin/test_upstream.py", "bin/oncegate-cluster-certs",
+                    "etc/oncegate/oncegate.ini",
                     "lib/systemd/system/oncegate.service",
                     "share/oncegate/cluster-config/single-node.ini",
                     "share/oncegate/cluster-config/three-node/node1.ini",
@@ -34,8 +35,26 @@ class InstallTest(unittest.TestCase):
                     "share/doc/oncegate/operations.md",
                     "share/doc/oncegate/cluster.md"):
             self.assertTrue(os.path.exists(self.path(rel)), rel)
-        for rel in ("bin/oncegate", "bin/oncegate-drill"):
+        for rel in ("bin/oncegate", "bin/oncegate-drill",
+                    "bin/oncegate-cluster-certs"):
             self.assertTrue(os.access(self.path(rel), os.X_OK), rel)
+
+    def test_the_installed_cert_helper_makes_a_cluster_ca(self):
+        out = os.path.join(self.tmp.path, "tls")
+        res = subprocess.run([self.path("bin", "oncegate-cluster-certs"), out,
+                              "1", "2"], capture_output=True, timeout=60,
+                             cwd=self.tmp.path)
+        self.assertEqual(res.returncode, 0, res.stderr.decode())
+        for name in ("ca.pem", "ca.key", "node-1.pem", "node-1.key",
+                     "node-2.pem", "node-2.key"):
+            self.assertTrue(os.path.exists(os.path.join(out, name)), name)
+        self.assertEqual(os.stat(os.path.join(out, "node-1.key")).st_mode
+                         & 0o077, 0, "a node key readable by others")
+        res = subprocess.run(["openssl", "verify", "-CAfile",
+                              os.path.join(out, "ca.pem"),
+                              os.path.join(out, "node-2.pem")],
+                             capture_output=True, timeout=30)
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
 
     def test_the_installed_drill_runs_from_its_installed_package(self):
         # Run from elsewhere, with the source tree's package out of reach:
