@@ -1,5 +1,11 @@
 #pragma once
 
+// The client oncegate forwards first requests with: where an upstream is
+// (its URL, timeouts, limits, TLS context), what a forward is and what
+// became of it, and the asynchronous client with its keep-alive pools.
+// The TLS contexts are `http/upstream_tls.*`, the pooled connections
+// `http/upstream_conn.*`.
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -9,15 +15,25 @@
 #include <string>
 #include <string_view>
 
+#include "http/upstream_tls.hpp"
+
 namespace oncegate::gateway {
 
 /// Where and how a route forwards its first requests.
 struct upstream_target {
   std::string host;
   uint16_t port = 80;
+  /// `https://`: TLS with the certificate verified against `tls`'s CAs and
+  /// this `host` (a name, or an address the certificate must carry).
+  bool https = false;
+  /// The TLS context of an https upstream (set when the routes are loaded,
+  /// shared by routes with the same files); an https target without one is
+  /// never sent.
+  std::shared_ptr<const upstream_tls> tls;
   /// Origin-form target, e.g. `/orders?x=1`.
   std::string path = "/";
   /// Failing to connect within this is "not sent": the key is released.
+  /// For https it bounds the TLS handshake too (one deadline for both).
   std::chrono::milliseconds connect_timeout{2000};
   /// No complete response within this after sending is "maybe sent": the
   /// key is in doubt.
@@ -35,8 +51,9 @@ struct upstream_target {
   std::size_t max_response = 64 * 1024;
 };
 
-/// Parses `http://host[:port][/path]`; nothing for anything else (https is
-/// terminated elsewhere).
+/// Parses `http://host[:port][/path]` (port 80) and
+/// `https://host[:port][/path]` (port 443, `https` set, no `tls` yet);
+/// nothing for anything else.
 std::optional<upstream_target> parse_upstream_url(std::string_view url);
 
 /// One forwarded request.
@@ -56,11 +73,15 @@ struct upstream_result {
     /// answers or a status outside 100-599 are `maybe_sent`.
     response,
     /// Nothing reached the upstream (refused, unresolvable, pool exhausted,
-    /// connect timeout): safe to execute again.
+    /// connect timeout, a TLS handshake that failed or timed out: no byte
+    /// of the request was handed to the socket): safe to execute again.
     not_sent,
     /// The request may have reached the upstream, but no usable answer
     /// came (timeout, connection lost after sending, or an answer that is
-    /// not HTTP: a bogus status, an unasked protocol switch).
+    /// not HTTP: a bogus status, an unasked protocol switch). Over TLS,
+    /// any failure once the request's first record was handed over, also
+    /// one the upstream reports as a TLS alert (TLS 1.3 refuses a client
+    /// certificate only after the client's handshake is done).
     maybe_sent,
   };
   kind outcome = kind::not_sent;
@@ -73,10 +94,12 @@ struct upstream_result {
   bool timed_out = false;
 };
 
-/// An asynchronous HTTP/1.1 client (Boost.Beast) with a keep-alive pool per
-/// upstream, on its own I/O thread. It never blocks the caller. A connection
-/// returns to the pool only after a complete keep-alive final answer with
-/// no byte after it, and is checked quiet again right before reuse.
+/// An asynchronous HTTP/1.1 client (Boost.Beast, OpenSSL for https) with a
+/// keep-alive pool per upstream (and TLS context), on its own I/O thread.
+/// It never blocks the caller. A connection returns to the pool only after
+/// a complete keep-alive final answer with no byte after it, and is checked
+/// quiet again right before reuse; a pooled TLS connection carries the next
+/// request without a new handshake.
 class upstream_client {
 public:
   upstream_client();

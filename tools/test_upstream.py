@@ -28,16 +28,28 @@ drop (close without answering), and the misbehaving ones:
 
 `counts()` and `/_counts` also report `connections`, the connections
 accepted (a client that pools connections opens fewer than it sends).
+
+TLS (off unless asked for): with a certificate and key it serves https
+(the handshake in each connection's own thread), and with a client CA it
+requires a client certificate signed by it; `counts()` then also reports
+`handshakes` (completed) and `handshake_failures`.
+
+    python3 tools/test_upstream.py --port 9443 --tls-cert server.pem \
+        --tls-key server.key [--tls-client-ca clients-ca.pem]
 """
 
 import argparse
 import json
 import socket
+import ssl
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_DELAY = 60.0
+# A TLS client that stalls in its handshake holds only its own thread, and
+# only this long.
+HANDSHAKE_TIMEOUT = 10.0
 MODES = ("normal", "slow", "error", "drop", "early-hints", "close",
          "bogus-status", "extra")
 DEFAULT_INTERIM = {"early-hints": [100, 103]}
@@ -52,8 +64,18 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def setup(self):
+        up = self.server.upstream
+        up.connected()
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(HANDSHAKE_TIMEOUT)
+            try:
+                self.request.do_handshake()
+            except OSError as e:  # ssl.SSLError included: quiet, see below
+                up.handshake_failed(e)
+                raise
+            self.request.settimeout(None)
+            up.handshake_done()
         super().setup()
-        self.server.upstream.connected()
 
     def _reply(self, status, doc, close=False):
         body = json.dumps(doc).encode()
@@ -161,12 +183,40 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+class _TLSServer(_Server):
+    """Accepts plain TCP and leaves the handshake to the connection's
+    thread (`_Handler.setup`): a handshake in `accept` would make one slow
+    client stall everyone."""
+
+    def __init__(self, address, handler, context):
+        self.tls_context = context
+        super().__init__(address, handler)
+
+    def get_request(self):
+        sock, address = self.socket.accept()
+        return (self.tls_context.wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False), address)
+
+
 class TestUpstream:
     """Threaded upstream on 127.0.0.1; `port` 0 picks a free one."""
 
-    def __init__(self, host="127.0.0.1", port=0, pad=0):
+    def __init__(self, host="127.0.0.1", port=0, pad=0, tls_cert=None,
+                 tls_key=None, tls_client_ca=None):
         self.host = host
         self.port = port
+        # https with this certificate and key; with `tls_client_ca`, a
+        # client certificate signed by it is required.
+        self.tls_context = None
+        if tls_cert:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls_cert, tls_key)
+            if tls_client_ca:
+                ctx.verify_mode = ssl.CERT_REQUIRED
+                ctx.load_verify_locations(tls_client_ca)
+            self.tls_context = ctx
+        self._handshakes = 0
+        self._handshake_failures = []
         # Bytes of filler in every answer (large answers for memory tests).
         self.pad = int(pad)
         self.mode = "normal"
@@ -182,7 +232,11 @@ class TestUpstream:
         self._thread = None
 
     def start(self):
-        self._server = _Server((self.host, self.port), _Handler)
+        if self.tls_context is not None:
+            self._server = _TLSServer((self.host, self.port), _Handler,
+                                      self.tls_context)
+        else:
+            self._server = _Server((self.host, self.port), _Handler)
         self._server.upstream = self
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -208,7 +262,8 @@ class TestUpstream:
 
     @property
     def url(self):
-        return "http://%s:%d/orders" % (self.host, self.port)
+        scheme = "https" if self.tls_context is not None else "http"
+        return "%s://%s:%d/orders" % (scheme, self.host, self.port)
 
     def set_mode(self, mode, delay=0.0, interim=None, status=600,
                  split=False):
@@ -247,14 +302,36 @@ class TestUpstream:
         with self._lock:
             self._connections += 1
 
+    def handshake_done(self):
+        with self._lock:
+            self._handshakes += 1
+
+    def handshake_failed(self, error):
+        with self._lock:
+            self._handshake_failures.append(str(error))
+
     def extra_sent(self):
         with self._lock:
             self._extras += 1
 
     def counts(self):
         with self._lock:
-            return {"total": self._total, "keys": dict(self._counts),
-                    "connections": self._connections}
+            res = {"total": self._total, "keys": dict(self._counts),
+                   "connections": self._connections}
+            if self.tls_context is not None:
+                res["handshakes"] = self._handshakes
+                res["handshake_failures"] = len(self._handshake_failures)
+            return res
+
+    def handshakes(self):
+        """TLS handshakes completed so far."""
+        with self._lock:
+            return self._handshakes
+
+    def handshake_failures(self):
+        """Why each failed TLS handshake failed (OpenSSL's words)."""
+        with self._lock:
+            return list(self._handshake_failures)
 
     def connections(self):
         """Connections accepted so far."""
@@ -287,8 +364,20 @@ def main():
                              "later write")
     parser.add_argument("--pad", type=int, default=0,
                         help="bytes of filler in every answer")
+    parser.add_argument("--tls-cert", default=None,
+                        help="serve https with this PEM certificate chain")
+    parser.add_argument("--tls-key", default=None,
+                        help="the PEM key of --tls-cert")
+    parser.add_argument("--tls-client-ca", default=None,
+                        help="require a client certificate signed by this "
+                             "PEM CA (with --tls-cert)")
     args = parser.parse_args()
-    up = TestUpstream(args.host, args.port, args.pad)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        parser.error("--tls-client-ca needs --tls-cert and --tls-key")
+    up = TestUpstream(args.host, args.port, args.pad, args.tls_cert,
+                      args.tls_key, args.tls_client_ca)
     interim = None
     if args.interim is not None:
         interim = [int(s) for s in args.interim.split(",") if s]

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
-#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "tests/http/sockets.hpp"
+#include "tests/http/upstream_fixture.hpp"
 
 using namespace oncegate::gateway;
 using oncegate::test::send_all;
@@ -42,10 +42,31 @@ CAF_TEST(upstream urls name host port and path) {
   CAF_CHECK_EQUAL(t->port, 8081);
 }
 
-CAF_TEST(anything but a plain http url is refused) {
-  for (auto bad : {"", "https://x/", "ftp://x", "http://", "http://:80/",
-                   "http://x:0/", "http://x:65536/", "http://x:8a/",
-                   "http://user@x/", "http://[::1/", "http://[::1]x/"})
+CAF_TEST(https urls default to port 443 and leave the context to the routes) {
+  auto t = parse_upstream_url("https://orders.internal/hook");
+  CAF_REQUIRE(t);
+  CAF_CHECK(t->https);
+  CAF_CHECK_EQUAL(t->host, "orders.internal");
+  CAF_CHECK_EQUAL(t->port, 443);
+  CAF_CHECK_EQUAL(t->path, "/hook");
+  CAF_CHECK(t->tls == nullptr);
+  t = parse_upstream_url("https://[::1]:8443");
+  CAF_REQUIRE(t);
+  CAF_CHECK(t->https);
+  CAF_CHECK_EQUAL(t->host, "::1");
+  CAF_CHECK_EQUAL(t->port, 8443);
+  CAF_CHECK_EQUAL(t->path, "/");
+  t = parse_upstream_url("http://x/");
+  CAF_REQUIRE(t);
+  CAF_CHECK(!t->https);
+}
+
+CAF_TEST(anything but an http or https url is refused) {
+  for (auto bad : {"", "ftp://x", "http://", "https://", "HTTPS://x/",
+                   "http://:80/", "https://:443/", "http://x:0/",
+                   "http://x:65536/", "http://x:8a/", "http://user@x/",
+                   "https://user@x/", "http://[::1/", "http://[::1]x/",
+                   "https:/x/", "httpss://x/"})
     CAF_CHECK(!parse_upstream_url(bad));
 }
 
@@ -236,24 +257,7 @@ const std::string continue_100 = "HTTP/1.1 100 Continue\r\n\r\n";
 const std::string early_hints_103
   = "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n";
 
-struct fixture {
-  upstream_client client;
-
-  /// Sends one request and waits (bounded) for its result.
-  upstream_result send(const upstream_target& target, const std::string& key) {
-    upstream_request req;
-    req.body = R"({"order":")" + key + R"("})";
-    req.idempotency_key = key;
-    auto done = std::make_shared<std::promise<upstream_result>>();
-    auto res = done->get_future();
-    client.send(target, std::move(req),
-                [done](upstream_result r) { done->set_value(std::move(r)); });
-    if (res.wait_for(std::chrono::seconds{10}) != std::future_status::ready) {
-      CAF_FAIL("no result within 10 s");
-    }
-    return res.get();
-  }
-};
+using fixture = oncegate::test::upstream_fixture;
 
 constexpr auto response = upstream_result::kind::response;
 constexpr auto maybe_sent = upstream_result::kind::maybe_sent;
