@@ -93,11 +93,13 @@ std::optional<claim_result> decide_cached(const key_state& st,
   if (!c.answer_cached)
     return std::nullopt;
   // The record as the store holds it, without the body (no claim answer
-  // carries one) and without the owner (not kept here; no caller reads it).
+  // carries one) and without the owner and the delivery fields (not kept
+  // here; no caller of a claim reads them).
   return claim_result{
     *d, record{st.route, st.key, c.state, std::string{h.fingerprint},
                c.first_seen_ms, c.expires_at_ms, c.status, c.headers,
-               c.response, std::string{}, 0, c.request_id}};
+               c.response, std::string{}, 0, c.request_id, 0, 0, 0,
+               std::string{}}};
 }
 
 key_actor::behavior_type key_impl(key_pointer self,

@@ -1,5 +1,6 @@
 #include "api/admin_keys.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -32,6 +33,19 @@ std::string record_json(const record& rec) {
   out += R"(","fingerprint":")";
   out += to_hex(rec.fingerprint);
   out += "\"";
+  if (rec.deliver_by_ms != 0) {
+    // Durable delivery: how far it got, and until when it is tried.
+    out += R"(,"attempts":)";
+    out += std::to_string(rec.attempts);
+    out += R"(,"deliver_by":")";
+    out += format_timestamp(rec.deliver_by_ms);
+    out += "\"";
+    if (rec.state == record_state::queued) {
+      out += R"(,"next_attempt":")";
+      out += format_timestamp(rec.next_attempt_ms);
+      out += "\"";
+    }
+  }
   if (rec.state == record_state::completed) {
     out += R"(,"status":)";
     out += std::to_string(rec.status);
@@ -114,12 +128,15 @@ void admin_keys::handle(http_request& req, responder& done) {
   if (req.path() == "/v1/keys")
     return list(req, done);
   auto raw_key = req.path().substr(keys_prefix.size());
-  constexpr std::string_view complete_suffix = "/complete";
-  bool completing = raw_key.size() > complete_suffix.size()
-                    && raw_key.substr(raw_key.size() - complete_suffix.size())
-                         == complete_suffix;
-  if (completing)
-    raw_key.remove_suffix(complete_suffix.size());
+  auto strip = [&raw_key](std::string_view suffix) {
+    bool has = raw_key.size() > suffix.size()
+               && raw_key.substr(raw_key.size() - suffix.size()) == suffix;
+    if (has)
+      raw_key.remove_suffix(suffix.size());
+    return has;
+  };
+  bool completing = strip("/complete");
+  bool redelivering = !completing && strip("/redeliver");
   auto key = percent_decode(raw_key);
   if (!key || key->empty() || key->size() > 255)
     return done(make_problem({400, "invalid-key", "Invalid key",
@@ -131,6 +148,8 @@ void admin_keys::handle(http_request& req, responder& done) {
     return done(not_found("no such route"));
   if (completing)
     return complete(req, *route, *key, done);
+  if (redelivering)
+    return redeliver(req, *route, *key, done);
   if (req.method == "GET" || req.method == "HEAD") {
     return node_.lookup(
       route->name, *key,
@@ -156,8 +175,13 @@ void admin_keys::list(const http_request& req, responder& done) {
     state = record_state::in_doubt;
   else if (state_name == "in_flight")
     state = record_state::in_flight;
+  else if (state_name == "queued")
+    state = record_state::queued;
+  else if (state_name == "failed")
+    state = record_state::failed;
   else
-    return done(bad_request("state must be in_doubt or in_flight"));
+    return done(bad_request("state must be in_doubt, in_flight, queued or "
+                            "failed"));
   auto route = routes_.by_name(
     query_param(req.target, "route").value_or("default"));
   if (!route)
@@ -217,6 +241,40 @@ void admin_keys::complete(const http_request& req, const route_config& route,
                        req.conn_id, req.req_id, route.name, code,
                        req.client_address(), req.remote);
   update(std::move(upd), std::move(done), completed_answer);
+}
+
+// A failed record (its delivery deadline passed) queued again, due now,
+// with a new deadline of the route's.
+void admin_keys::redeliver(const http_request& req, const route_config& route,
+                           const std::string& key, responder& done) {
+  if (req.method != "POST")
+    return done(method_not_allowed("POST"));
+  if (!route.delivery.durable)
+    return done(bad_request("route " + route.name
+                            + " does not deliver durably (delivery = "
+                              "\"async\" or respond-after)"));
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  record_update upd;
+  upd.route = route.name;
+  upd.key = key;
+  upd.op = transition::redeliver;
+  upd.now_ms = now;
+  upd.deliver_by_ms = now + route.delivery.deadline.count();
+  log::gateway()->info("[C{}][R{}] admin.redeliver route={} client={} peer={}",
+                       req.conn_id, req.req_id, route.name,
+                       req.client_address(), req.remote);
+  update(std::move(upd), std::move(done), [](const update_result& res) {
+    if (res.applied)
+      return json_response(200, record_json(res.current.rec));
+    if (!res.current.found)
+      return no_record();
+    return make_problem({409, "not-failed", "Not failed",
+                         "only a failed record (its delivery deadline "
+                         "passed) can be redelivered"},
+                        res.current.rec.key);
+  });
 }
 
 void admin_keys::release(const http_request& req, const route_config& route,

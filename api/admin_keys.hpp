@@ -30,6 +30,8 @@ public:
 
 private:
   void list(const http_request& req, responder& done);
+  void redeliver(const http_request& req, const route_config& route,
+                 const std::string& key, responder& done);
   void complete(const http_request& req, const route_config& route,
                 const std::string& key, responder& done);
   void release(const http_request& req, const route_config& route,

@@ -88,11 +88,24 @@ http_response duplicate_response(const route_config& route, const record& rec,
                                   "the original request with this key is "
                                   "still being executed; retry later"},
                                  key, true);
+    case record_state::queued:
+      return unsettled_duplicate({409, "in-flight", "Request in flight",
+                                  "the original request with this key was "
+                                  "accepted and its delivery upstream is "
+                                  "being retried; retry later"},
+                                 key, true);
     case record_state::in_doubt:
       return unsettled_duplicate({409, "in-doubt", "Outcome in doubt",
                                   "the original request may have been "
                                   "executed; an operator must settle this "
                                   "key"},
+                                 key, false);
+    case record_state::failed:
+      return unsettled_duplicate({409, "failed", "Delivery failed",
+                                  "the original request with this key was "
+                                  "accepted but never reached the upstream "
+                                  "before its delivery deadline; an "
+                                  "operator can redeliver it"},
                                  key, false);
     case record_state::completed:
       break;

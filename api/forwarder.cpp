@@ -1,5 +1,7 @@
 #include "api/forwarder.hpp"
 
+#include <chrono>
+#include <random>
 #include <utility>
 
 #include "common/logging.hpp"
@@ -22,17 +24,25 @@ const char* to_string(upstream_result::kind x) {
 
 } // namespace
 
-record_update outcome_update(const forward_job& job,
-                             const upstream_result& res) {
+record_update outcome_update(const forward_job& job, const upstream_result& res,
+                             int64_t now_ms, uint64_t random) {
   using kind = upstream_result::kind;
   // Anything this code does not know as certain is "maybe sent".
   auto d = res.outcome == kind::response   ? delivery::answered
            : res.outcome == kind::not_sent ? delivery::not_sent
                                            : delivery::maybe_sent;
+  delivery_attempt a;
+  a.route = job.route;
+  a.key = job.key.value;
+  a.first_seen_ms = job.first_seen_ms;
+  a.attempt = job.attempt;
+  a.request_id = job.request_id;
+  a.now_ms = now_ms;
+  if (job.delivery != nullptr && job.delivery->durable && job.attempt > 0)
+    a.retry_at_ms = job.delivery->retry_at(now_ms, job.attempt, random);
   if (d != delivery::answered)
-    return after_delivery(job.route, job.key.value, job.first_seen_ms, d);
-  return after_delivery(job.route, job.key.value, job.first_seen_ms, d,
-                        static_cast<uint16_t>(res.status),
+    return after_delivery(a, d);
+  return after_delivery(a, d, static_cast<uint16_t>(res.status),
                         res.content_type.empty()
                           ? std::string{}
                           : "Content-Type: " + res.content_type,
@@ -60,11 +70,16 @@ void forwarder::forward(forward_job job, settled_fn settled) {
   upstream_->send(*target, std::move(up), [this, job = std::move(job),
                                            settled = std::move(settled)](
                                             upstream_result res) mutable {
-    auto upd = outcome_update(job, res);
+    auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    auto upd = outcome_update(job, res, now, rng());
     metrics_.count_upstream(job.route_index, static_cast<size_t>(res.outcome));
-    log::gateway()->info("[C{}][R{}] upstream.{} route={} status={} error={}",
+    log::gateway()->info("[C{}][R{}] upstream.{} route={} status={} "
+                         "attempt={} error={}",
                          job.conn, job.req, to_string(res.outcome), job.route,
-                         res.status, res.error);
+                         res.status, job.attempt, res.error);
     // The transition is made durable before the sender hears of it.
     node_.update(std::move(upd), [this, conn = job.conn, req = job.req,
                                   settled = std::move(settled),

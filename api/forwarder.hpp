@@ -8,7 +8,8 @@
 //
 //               send upstream
 //   in_flight ─────────────────> response ───> update(complete: status, body)
-//                                not_sent ───> update(release)
+//                                not_sent ───> update(release), or
+//                                              update(defer) when durable
 //                                maybe_sent ─> update(in_doubt)
 //                                                │ durable, or failed
 //                                                v
@@ -34,6 +35,7 @@
 #include <string>
 
 #include "common/record.hpp"
+#include "api/delivery_policy.hpp"
 #include "api/idempotency_key.hpp"
 #include "api/metrics.hpp"
 #include "http/upstream_client.hpp"
@@ -41,7 +43,8 @@
 
 namespace oncegate::gateway {
 
-/// The first request of a granted key, to be sent upstream.
+/// An attempt to send a key's signal upstream: the claim's own first one,
+/// or one started from the delivery queue (`api/redelivery.hpp`).
 struct forward_job {
   std::string route;
   /// Position of the route in the route table (per-route metrics).
@@ -56,6 +59,13 @@ struct forward_job {
   uint64_t req = 0;
   std::string body;
   std::string content_type;
+  /// Durable delivery: the attempt's number (1: the claim's own) and
+  /// request id (0: the claim's), the route's policy (null: deliver once)
+  /// and the fence's term.
+  uint32_t attempt = 0;
+  uint64_t request_id = 0;
+  const delivery_policy* delivery = nullptr;
+  uint64_t term = 0;
 };
 
 /// What became of a forward.
@@ -65,10 +75,10 @@ struct forward_result {
   reply<update_result> recorded;
 };
 
-/// The transition an upstream outcome makes on the record of `job`
-/// (`after_delivery`).
-record_update outcome_update(const forward_job& job,
-                             const upstream_result& res);
+/// The transition an upstream outcome at `now_ms` makes on the record of
+/// `job` (`after_delivery`); `random` picks the backoff's jitter.
+record_update outcome_update(const forward_job& job, const upstream_result& res,
+                             int64_t now_ms, uint64_t random);
 
 /// Runs forwards on the upstream client's thread and counts those whose
 /// outcome is not yet recorded. Thread-safe.

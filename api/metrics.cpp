@@ -197,8 +197,11 @@ std::string gateway_metrics::render(const node_metrics& node) const {
   header(out, "oncegate_records", "gauge",
          "Unsettled records by route and state (in_flight: forward "
          "running; in_doubt: the upstream may have acted, an operator must "
-         "settle it). Counted at the scrape from the store.");
-  for (auto state : {record_state::in_flight, record_state::in_doubt})
+         "settle it; queued: accepted, its delivery is retried; failed: "
+         "not delivered by its deadline, an operator may redeliver it). "
+         "Counted at the scrape from the store.");
+  for (auto state : {record_state::in_flight, record_state::in_doubt,
+                     record_state::queued, record_state::failed})
     for (size_t r = 0; r < routes_.size(); ++r) {
       uint64_t n = 0;
       for (auto& x : node.store.unsettled)

@@ -2,7 +2,10 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
+#include <utility>
 
 #include <caf/config_value.hpp>
 #include <caf/timespan.hpp>
@@ -25,7 +28,48 @@ constexpr std::string_view known_keys[] = {"auth",
                                            "upstream-timeout",
                                            "upstream-connections",
                                            "upstream-max-response",
+                                           "upstream-ca-file",
+                                           "upstream-client-cert",
+                                           "upstream-client-key",
                                            "respond-after"};
+
+constexpr std::string_view upstream_url_form
+  = "expected http://host[:port][/path] or https://host[:port][/path]";
+
+// The route options that name an upstream TLS context's files.
+constexpr std::pair<std::string_view, upstream_tls_files::part> tls_options[]
+  = {{"upstream-ca-file", upstream_tls_files::part::ca_file},
+     {"upstream-client-cert", upstream_tls_files::part::client_cert},
+     {"upstream-client-key", upstream_tls_files::part::client_key}};
+
+std::string_view option_of(upstream_tls_files::part x) {
+  for (auto& [option, part] : tls_options)
+    if (part == x)
+      return option;
+  return {};
+}
+
+// The TLS contexts of the routes' https upstreams, one per set of files,
+// made while the routes load: a file that does not load stops the start,
+// and routes with the same files share one context.
+class tls_contexts {
+public:
+  /// The context of `files`; null, with `error` and `culprit`, when one of
+  /// them does not load.
+  std::shared_ptr<const upstream_tls> get(const upstream_tls_files& files,
+                                          std::string& error,
+                                          upstream_tls_files::part& culprit) {
+    if (auto i = made_.find(files); i != made_.end())
+      return i->second;
+    auto ctx = upstream_tls::make(files, error, culprit);
+    if (ctx)
+      made_.emplace(files, ctx);
+    return ctx;
+  }
+
+private:
+  std::map<upstream_tls_files, std::shared_ptr<const upstream_tls>> made_;
+};
 
 std::chrono::milliseconds to_ms(caf::timespan x) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(x);
@@ -79,8 +123,8 @@ std::optional<std::string> read_secret_file(const std::string& path) {
 class route_parser {
 public:
   route_parser(const route_defaults& defaults, const env_lookup& env,
-               std::string& error)
-    : defaults_(defaults), env_(env), error_(error) {
+               tls_contexts& contexts, std::string& error)
+    : defaults_(defaults), env_(env), contexts_(contexts), error_(error) {
     // nop
   }
 
@@ -117,6 +161,8 @@ public:
     for (auto& kv : section) {
       bool known = false;
       for (auto k : known_keys)
+        known = known || kv.first == k;
+      for (auto k : delivery_option_keys)
         known = known || kv.first == k;
       if (!known)
         return fail(name, kv.first, "unknown option");
@@ -182,7 +228,7 @@ public:
         auto str = caf::get_if<std::string>(&value);
         auto target = str ? parse_upstream_url(*str) : std::nullopt;
         if (!target)
-          return fail(name, key, "expected http://host[:port][/path]");
+          return fail(name, key, std::string{upstream_url_form});
         upstream_url_ = std::move(*target);
       } else if (key == "upstream-connect-timeout" || key == "upstream-timeout"
                  || key == "respond-after") {
@@ -206,15 +252,34 @@ public:
         if (!num || *num < 1 || *num > 16 * 1024 * 1024)
           return fail(name, key, "expected 1..16777216 (bytes)");
         max_response_ = static_cast<std::size_t>(*num);
+      } else if (key.rfind("delivery", 0) == 0) {
+        delivery_set_ = true;
+        if (auto why = apply_delivery_option(key, value, r.delivery);
+            !why.empty())
+          return fail(name, key, why);
+      } else {
+        for (auto& [option, part] : tls_options) {
+          if (key != option)
+            continue;
+          auto str = caf::get_if<std::string>(&value);
+          if (!str || str->empty())
+            return fail(name, key, "expected a file name");
+          tls_files_.file(part) = *str;
+        }
       }
     }
+    auto tls_set = false;
+    for (auto& option : tls_options)
+      tls_set = tls_set || !tls_files_.file(option.second).empty();
     if (upstream_url_) {
       r.upstream = std::move(upstream_url_);
     } else if ((connect_timeout_ || response_timeout_ || max_connections_
-                || max_response_ || r.respond_after.count() > 0)
+                || max_response_ || tls_set || r.respond_after.count() > 0)
                && !r.upstream) {
       return fail(name, "upstream", "upstream options set without upstream");
     }
+    if (r.upstream && !tls_attached(name, *r.upstream))
+      return false;
     if (r.upstream) {
       if (connect_timeout_)
         r.upstream->connect_timeout = *connect_timeout_;
@@ -225,10 +290,41 @@ public:
       if (max_response_)
         r.upstream->max_response = *max_response_;
     }
+    // The default route may get its upstream from the command line.
+    auto upstream = r.upstream.has_value()
+                    || (name == "default" && !defaults_.default_upstream.empty());
+    if (auto why = finish_delivery_policy(r.delivery, upstream,
+                                          r.respond_after, delivery_set_);
+        !why.empty())
+      return fail(name, "delivery", why);
     return finish(name, r);
   }
 
 private:
+  // Gives an https upstream its TLS context; refuses TLS files for a plain
+  // one, and half a client certificate.
+  bool tls_attached(const std::string& name, upstream_target& target) {
+    auto& f = tls_files_;
+    if (!target.https) {
+      for (auto& [option, part] : tls_options)
+        if (!f.file(part).empty())
+          return fail(name, option, "set, but the upstream is not https://");
+      return true;
+    }
+    if (f.client_cert.empty() != f.client_key.empty())
+      return fail(name,
+                  f.client_cert.empty() ? "upstream-client-cert"
+                                        : "upstream-client-key",
+                  "missing: a client certificate needs both "
+                  "upstream-client-cert and upstream-client-key");
+    std::string why;
+    auto culprit = upstream_tls_files::part::ca_file;
+    target.tls = contexts_.get(f, why, culprit);
+    if (!target.tls)
+      return fail(name, option_of(culprit), why);
+    return true;
+  }
+
   bool finish(const std::string& name, route_config& r) {
     if (r.auth == auth_mode::none) {
       if (!raw_secrets_.empty())
@@ -257,13 +353,16 @@ private:
 
   const route_defaults& defaults_;
   const env_lookup& env_;
+  tls_contexts& contexts_;
   std::string& error_;
   std::vector<std::string> raw_secrets_;
   std::optional<upstream_target> upstream_url_;
+  bool delivery_set_ = false;
   std::optional<std::chrono::milliseconds> connect_timeout_;
   std::optional<std::chrono::milliseconds> response_timeout_;
   std::optional<std::size_t> max_connections_;
   std::optional<std::size_t> max_response_;
+  upstream_tls_files tls_files_;
 };
 
 route_config default_route(const route_defaults& defaults) {
@@ -302,12 +401,23 @@ std::optional<route_table> make_routes(const caf::settings* section,
                                        const env_lookup& env,
                                        std::string& error) {
   route_table table;
+  tls_contexts contexts;
   table.routes.push_back(default_route(defaults));
   if (!defaults.default_upstream.empty()) {
     auto target = parse_upstream_url(defaults.default_upstream);
     if (!target) {
-      error = "upstream: expected http://host[:port][/path]";
+      error = "upstream: " + std::string{upstream_url_form};
       return std::nullopt;
+    }
+    if (target->https) {
+      // The command line has no TLS files: the system CA store.
+      std::string why;
+      auto culprit = upstream_tls_files::part::ca_file;
+      target->tls = contexts.get({}, why, culprit);
+      if (!target->tls) {
+        error = "upstream: " + why;
+        return std::nullopt;
+      }
     }
     table.routes.front().upstream = std::move(target);
   }
@@ -328,7 +438,7 @@ std::optional<route_table> make_routes(const caf::settings* section,
       x.path = "/v1/webhook/" + name;
       return x;
     }();
-    route_parser parser{defaults, env, error};
+    route_parser parser{defaults, env, contexts, error};
     if (!parser.parse(name, *sub, r))
       return std::nullopt;
     if (name == "default") {

@@ -11,6 +11,7 @@
 #include <caf/settings.hpp>
 
 #include "api/auth.hpp"
+#include "api/delivery_policy.hpp"
 #include "http/upstream_client.hpp"
 
 namespace oncegate::gateway {
@@ -40,11 +41,14 @@ struct route_config {
   /// Accepted clock difference of signed timestamps (standard-webhooks).
   int64_t tolerance_s = 300;
   /// Where the first request of a key is forwarded; none: record the
-  /// signal and answer 200 accepted.
+  /// signal and answer 200 accepted. An https upstream carries its TLS
+  /// context, made when the table is built.
   std::optional<upstream_target> upstream;
   /// Answer 202 in_progress when the upstream has not answered by then
   /// (TradingView gives up after about 3 s); 0: wait for the upstream.
   std::chrono::milliseconds respond_after{0};
+  /// Once or durably (`delivery*` options; durable with `respond-after`).
+  delivery_policy delivery;
 };
 
 /// Defaults that routes inherit from the node's options.
@@ -82,9 +86,16 @@ std::optional<std::string> process_env(const std::string& name);
 /// in the INI file; may be null). Per route: `auth`, `secret` / `secret-env`
 /// / `secret-file` (a string or a list each), `ttl`, `on-duplicate`
 /// (`conflict` | `replay`), `body-limit` (at most the node's
-/// `http.body-limit`), `allow` (list of CIDRs), `tolerance`, `upstream`.
+/// `http.body-limit`), `allow` (list of CIDRs), `tolerance`, `upstream`
+/// (`http://` or `https://`) and its `upstream-*` options, among them the
+/// TLS files of an https upstream (`upstream-ca-file`, and
+/// `upstream-client-cert` with `upstream-client-key`): their contexts are
+/// loaded here, one per distinct set of files (an https `--upstream` gets
+/// the system CA store).
 /// On a bad entry returns nothing and sets `error` to a message naming the
-/// key, e.g. `route.tv.auth: unknown mode "tokn"`.
+/// key, e.g. `route.tv.auth: unknown mode "tokn"` or
+/// `route.orders.upstream-ca-file: cannot read /etc/ca.pem: No such file or
+/// directory`.
 std::optional<route_table> make_routes(const caf::settings* section,
                                        const route_defaults& defaults,
                                        const env_lookup& env,

@@ -1,10 +1,12 @@
 #include "api/webhook_handler.hpp"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "api/admin_cluster.hpp"
 #include "api/forwarder.hpp"
+#include "api/redelivery.hpp"
 #include "api/health_endpoints.hpp"
 #include "api/webhook_pipeline.hpp"
 
@@ -44,6 +46,16 @@ webhook_handler::webhook_handler(webhook_options opts, node_service& node,
     forwarder_ = std::make_unique<forwarder>(node_, metrics_);
   if (!signature_now)
     signature_now = now;
+  auto durable = std::any_of(opts_.routes.routes.begin(),
+                             opts_.routes.routes.end(),
+                             [](const route_config& r) {
+                               return r.upstream && r.delivery.durable;
+                             });
+  if (forwarder_ && durable) {
+    redelivery_ = std::make_unique<redelivery>(node_, *forwarder_,
+                                               opts_.routes, now);
+    redelivery_->start();
+  }
   pipeline_ = std::make_unique<webhook_pipeline>(
     opts_.routes, opts_.payload, node_, cache_, metrics_, forwarder_.get(),
     std::move(now), std::move(signature_now));
@@ -70,11 +82,31 @@ void webhook_handler::forget_all_cached() {
 }
 
 std::size_t webhook_handler::forwards_in_flight() const {
-  return forwarder_ ? forwarder_->in_flight() : 0;
+  return (forwarder_ ? forwarder_->in_flight() : 0)
+         + (redelivery_ ? redelivery_->running() : 0);
+}
+
+void webhook_handler::stop_delivery() {
+  if (redelivery_)
+    redelivery_->stop();
 }
 
 std::size_t webhook_handler::wait_for_forwards(std::chrono::milliseconds bound) {
-  return forwarder_ ? forwarder_->wait(bound) : 0;
+  auto until = std::chrono::steady_clock::now() + bound;
+  std::size_t left = 0;
+  if (redelivery_) {
+    // The queue's attempts first: one between its start and its forward is
+    // not yet the forwarder's.
+    redelivery_->stop();
+    left += redelivery_->wait(bound);
+  }
+  if (forwarder_) {
+    auto rest = std::chrono::duration_cast<std::chrono::milliseconds>(
+      until - std::chrono::steady_clock::now());
+    left = forwarder_->wait(std::max(rest, std::chrono::milliseconds(0)))
+           + (redelivery_ ? redelivery_->running() : 0);
+  }
+  return left;
 }
 
 void webhook_handler::handle(http_request req, responder done) {

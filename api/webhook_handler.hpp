@@ -30,6 +30,7 @@
 namespace oncegate::gateway {
 
 class forwarder;
+class redelivery;
 class webhook_pipeline;
 
 /// Behaviour of the HTTP endpoints.
@@ -79,8 +80,14 @@ public:
   /// releases were never applied as entries here). Thread-safe.
   void forget_all_cached();
 
-  /// Forwards started and not yet recorded (their outcome durable).
+  /// Forwards started and not yet recorded (their outcome durable),
+  /// the delivery queue's attempts included.
   std::size_t forwards_in_flight() const;
+
+  /// Starts no further attempt of the delivery queue (a clean stop, after
+  /// the HTTP server stopped; queued signals wait in their records for the
+  /// next start or leader).
+  void stop_delivery();
 
   /// Waits until every forward started so far has its outcome recorded, or
   /// `bound` passed; returns how many are still running. A clean stop calls
@@ -95,6 +102,9 @@ private:
   gateway_metrics metrics_;
   admin_keys keys_;
   std::unique_ptr<webhook_pipeline> pipeline_;
+  /// Null unless a route delivers durably. Destroyed after `forwarder_`,
+  /// whose thread runs its callbacks.
+  std::unique_ptr<redelivery> redelivery_;
   /// Null when no route has an upstream. Last member: destroyed first, so
   /// its thread stops before anything its callbacks use goes away.
   std::unique_ptr<forwarder> forwarder_;

@@ -223,6 +223,14 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
     job->req = req.req_id;
     job->body = req.body;
     job->content_type = std::string{req.header("content-type").value_or("")};
+    if (route.delivery.durable) {
+      // The signal stays in the record until the upstream has it: the
+      // claim carries what another attempt needs.
+      job->attempt = 1;
+      job->delivery = &route.delivery;
+      claim.deliver_by_ms = now + route.delivery.deadline.count();
+      claim.signal_type = job->content_type;
+    }
   } else {
     claim.initial_state = record_state::completed;
     claim.status = 200;
@@ -297,13 +305,26 @@ void webhook_pipeline::forward(const route_config& route, forward_job job,
   auto first_seen_ms = job.first_seen_ms;
   bool replay = route.on_duplicate == duplicate_policy::replay;
   forwarder_->forward(std::move(job), [this, fl, key, epoch, replay,
+                                       first_seen_ms,
                                        routing = std::move(routing)](
                                         forward_result out) {
-    if (out.recorded.ok && out.recorded.value.current.found)
-      cache_.remember(routing, out.recorded.value.current.rec, epoch, replay);
+    if (out.recorded.ok && out.recorded.value.current.found) {
+      auto& rec = out.recorded.value.current.rec;
+      cache_.remember(routing, rec, epoch, replay);
+      // Not sent on a route that delivers durably: the signal is queued
+      // for another attempt, and the sender is done.
+      if (out.recorded.value.applied
+          && (rec.state == record_state::queued
+              || rec.state == record_state::failed)) {
+        fl->answer(in_progress_response(key, first_seen_ms));
+        return;
+      }
+    }
     fl->answer(upstream_outcome_response(std::move(out.upstream), key));
   });
-  if (route.respond_after.count() > 0)
+  if (route.delivery.async)
+    fl->answer(in_progress_response(key, first_seen_ms));
+  else if (route.respond_after.count() > 0)
     forwarder_->after(route.respond_after, [fl, key, first_seen_ms] {
       fl->answer(in_progress_response(key, first_seen_ms));
     });

@@ -397,6 +397,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
       stopper->attach(server.get());
       server->run(true);
       stopper->attach(nullptr);
+      handler.stop_delivery();
       exit_code = stopper->code_or(exit_code);
       // Forwards answered 202 (`respond-after`) may still run: record their
       // outcomes before the actors stop, bounded by the shutdown grace (a

@@ -6,8 +6,8 @@
 namespace oncegate {
 
 constexpr const char* record_state_names[] = {
-  "in_flight", "completed", "in_doubt"};
-static_assert(enum_table_covers(record_state::in_doubt, record_state_names));
+  "in_flight", "completed", "in_doubt", "queued", "failed"};
+static_assert(enum_table_covers(record_state::failed, record_state_names));
 
 const char* to_string(record_state x) {
   return enum_text(x, record_state_names);
@@ -22,8 +22,9 @@ const char* to_string(decision x) {
 }
 
 constexpr const char* transition_names[] = {
-  "complete", "release", "in_doubt", "release_settled"};
-static_assert(enum_table_covers(transition::release_settled, transition_names));
+  "complete", "release",       "in_doubt", "release_settled",
+  "defer",    "start_attempt", "fail",     "redeliver"};
+static_assert(enum_table_covers(transition::redeliver, transition_names));
 
 const char* to_string(transition x) {
   return enum_text(x, transition_names);
@@ -43,24 +44,46 @@ record make_record(const claim_request& req, int64_t now_ms) {
   r.signal = req.signal;
   r.owner = req.owner;
   r.request_id = req.request_id;
+  r.deliver_by_ms = req.deliver_by_ms;
+  r.signal_type = req.signal_type;
+  if (req.initial_state == record_state::in_flight && req.deliver_by_ms != 0) {
+    // The claimant sends the first attempt at once.
+    r.attempts = 1;
+    r.next_attempt_ms = now_ms;
+  }
   return r;
 }
 
-record_update after_delivery(std::string route, std::string key,
-                             int64_t first_seen_ms, delivery d,
+record_update after_delivery(const delivery_attempt& a, delivery d,
                              uint16_t status, std::string headers,
                              std::string response) {
   record_update upd;
-  upd.route = std::move(route);
-  upd.key = std::move(key);
-  upd.first_seen_ms = first_seen_ms;
-  upd.op = d == delivery::answered   ? transition::complete
-           : d == delivery::not_sent ? transition::release
-                                     : transition::in_doubt;
-  if (d == delivery::answered) {
-    upd.status = status;
-    upd.headers = std::move(headers);
-    upd.response = std::move(response);
+  upd.route = a.route;
+  upd.key = a.key;
+  upd.first_seen_ms = a.first_seen_ms;
+  upd.request_id = a.request_id;
+  upd.attempt = a.attempt;
+  switch (d) {
+    case delivery::answered:
+      upd.op = transition::complete;
+      upd.status = status;
+      upd.headers = std::move(headers);
+      upd.response = std::move(response);
+      break;
+    case delivery::not_sent:
+      if (a.retry_at_ms != 0) {
+        // The record delivers durably: queued (or failed past its
+        // deadline), never released.
+        upd.op = transition::defer;
+        upd.next_attempt_ms = a.retry_at_ms;
+        upd.now_ms = a.now_ms;
+      } else {
+        upd.op = transition::release;
+      }
+      break;
+    case delivery::maybe_sent:
+      upd.op = transition::in_doubt;
+      break;
   }
   return upd;
 }
@@ -78,9 +101,17 @@ const char* malformed(const claim_request& req) {
     return why;
   if (req.fingerprint.size() != record_bounds::fingerprint)
     return "fingerprint size";
+  // Queued and failed records come from transitions, never from a claim.
   if (static_cast<uint8_t>(req.initial_state)
       > static_cast<uint8_t>(record_state::in_doubt))
     return "record state";
+  if (req.deliver_by_ms < 0
+      || (req.deliver_by_ms != 0
+          && (req.initial_state != record_state::in_flight
+              || req.deliver_by_ms <= req.now_ms)))
+    return "delivery deadline";
+  if (req.signal_type.size() > record_bounds::signal_type)
+    return "content type size";
   if (req.status != 0 && (req.status < 100 || req.status > 599))
     return "status";
   if (req.headers.size() > record_bounds::headers
@@ -95,9 +126,32 @@ const char* malformed(const claim_request& req) {
 const char* malformed(const record_update& upd) {
   if (auto why = malformed_key(upd.route, upd.key))
     return why;
-  if (static_cast<uint8_t>(upd.op)
-      > static_cast<uint8_t>(transition::release_settled))
+  if (static_cast<uint8_t>(upd.op) > static_cast<uint8_t>(transition::redeliver))
     return "transition";
+  if (upd.now_ms < 0 || upd.next_attempt_ms < 0 || upd.deliver_by_ms < 0)
+    return "time";
+  if (upd.attempt > record_bounds::attempts)
+    return "attempt";
+  switch (upd.op) {
+    case transition::start_attempt:
+      if (upd.attempt < 2 || upd.now_ms == 0 || upd.request_id == 0)
+        return "attempt";
+      break;
+    case transition::defer:
+      if (upd.attempt == 0 || upd.next_attempt_ms == 0)
+        return "attempt";
+      break;
+    case transition::fail:
+      if (upd.now_ms == 0)
+        return "time";
+      break;
+    case transition::redeliver:
+      if (upd.now_ms == 0 || upd.deliver_by_ms <= upd.now_ms)
+        return "delivery deadline";
+      break;
+    default:
+      break;
+  }
   if (upd.status > 599)
     return "status";
   if (upd.headers.size() > record_bounds::headers

@@ -20,6 +20,10 @@ namespace oncegate {
 ///      v                 upstream answered     │
 ///   in_flight ─────────────────────────────────┘
 ///      │  └──────── failure before sending ───> (none, released)
+///      │  └──────── failure before sending, ──> queued ──(deadline)──> failed
+///      │            the route delivers durably    │  ^                   │
+///      │                                          │  └──── redeliver ────┘
+///      │       in_flight <──── start an attempt ──┘  (durable before it is sent)
 ///      ├─────────── upstream may have acted ──> in_doubt
 ///      └─────────── past the forward deadline ─> in_doubt (the alarm)
 /// ~~~
@@ -27,12 +31,16 @@ namespace oncegate {
 /// Only completed records expire. An in-flight record has a forward
 /// running (or a claimant that died while forwarding): it turns in-doubt
 /// once its forward deadline passed. An in-doubt record (the upstream may
-/// have acted) stays until an operator settles it. Neither is ever purged
-/// or renewed by the clock.
+/// have acted) stays until an operator settles it. A queued record is the
+/// node's to deliver: every attempt so far certainly did not reach the
+/// upstream; a failed one is a queued record whose delivery deadline passed
+/// (a dead letter). None of these is ever purged or renewed by the clock.
 enum class record_state : uint8_t {
   in_flight = 0,
   completed = 1,
   in_doubt = 2,
+  queued = 3,
+  failed = 4,
 };
 
 const char* to_string(record_state x);
@@ -77,17 +85,30 @@ struct record {
   std::string response;
   /// The request body as received.
   std::string signal;
-  /// Id of the node whose gateway made the claim (0: a single node).
+  /// Id of the node whose gateway made the claim (0: a single node); for
+  /// an attempt started from the queue, the node that started it.
   uint64_t owner = 0;
-  /// The HTTP request attempt that made the claim (0: none).
+  /// The HTTP request attempt that made the claim (0: none), or the id of
+  /// the delivery attempt that runs.
   uint64_t request_id = 0;
+  /// Durable delivery (0 when the route does not deliver durably):
+  /// attempts started so far (the fence's number), the deadline after which
+  /// a queued record fails, and `next_attempt_ms`: when queued, the earliest
+  /// start of the next attempt; when in flight, when the running attempt
+  /// started (its forward deadline counts from there).
+  uint32_t attempts = 0;
+  int64_t next_attempt_ms = 0;
+  int64_t deliver_by_ms = 0;
+  /// The request's Content-Type, to send the signal again.
+  std::string signal_type;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, record& x) {
   return f(caf::meta::type_name("record"), x.route, x.key, x.state,
            x.fingerprint, x.first_seen_ms, x.expires_at_ms, x.status,
-           x.headers, x.response, x.signal, x.owner, x.request_id);
+           x.headers, x.response, x.signal, x.owner, x.request_id,
+           x.attempts, x.next_attempt_ms, x.deliver_by_ms, x.signal_type);
 }
 
 /// The one expiry rule: a record in `state` with `expires_at_ms` is still
@@ -163,13 +184,19 @@ struct claim_request {
   /// again (its earlier claim committed, but the answer was lost with a
   /// leader) is recognised by it and gets its own record back as accepted.
   uint64_t request_id = 0;
+  /// Durable delivery: the deadline of a queued record (0: the route does
+  /// not deliver durably; a failure before sending releases the key) and
+  /// the request's Content-Type.
+  int64_t deliver_by_ms = 0;
+  std::string signal_type;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, claim_request& x) {
   return f(caf::meta::type_name("claim_request"), x.route, x.key,
            x.fingerprint, x.now_ms, x.ttl_ms, x.initial_state, x.status,
-           x.headers, x.response, x.signal, x.owner, x.request_id);
+           x.headers, x.response, x.signal, x.owner, x.request_id,
+           x.deliver_by_ms, x.signal_type);
 }
 
 /// Builds the record that a successful claim stores at time `now_ms`.
@@ -215,10 +242,26 @@ enum class transition : uint8_t {
   /// in_flight -> in_doubt: the upstream may have acted; never re-executed
   /// automatically.
   in_doubt = 2,
-  /// completed or in_doubt -> gone; an in-flight record is left alone (its
-  /// forward still runs: releasing it would let a retry execute beside it).
-  /// An operator's release.
+  /// completed, in_doubt, queued or failed -> gone; an in-flight record is
+  /// left alone (its forward still runs: releasing it would let a retry
+  /// execute beside it). An operator's release.
   release_settled = 3,
+  /// in_flight -> queued (`next_attempt_ms`), or failed once `now_ms`
+  /// reached the record's delivery deadline: the attempt (`attempt`)
+  /// certainly did not reach the upstream. Only for records that deliver
+  /// durably.
+  defer = 4,
+  /// queued -> in_flight as attempt `attempt` (the record's attempts + 1:
+  /// one starter wins), run by node `owner` as `request_id`, started at
+  /// `now_ms` (before the deadline). Durable before the attempt is sent: a
+  /// node that dies after sending leaves it in flight, and the forward
+  /// deadline turns it in doubt; it is never sent again blindly.
+  start_attempt = 5,
+  /// queued -> failed, once `now_ms` reached the delivery deadline.
+  fail = 6,
+  /// failed -> queued, due at `now_ms`, with the new deadline
+  /// `deliver_by_ms`. An operator's redelivery.
+  redeliver = 7,
 };
 
 const char* to_string(transition x);
@@ -239,31 +282,68 @@ struct record_update {
   /// The request attempt meant (`record::request_id`); 0 = any. A gateway
   /// that gave up on a claim of unknown outcome releases only its own.
   uint64_t request_id = 0;
+  /// Durable delivery (see the transitions): the attempt meant or started,
+  /// its node, the proposer's time, when the next attempt may start, a new
+  /// deadline.
+  uint32_t attempt = 0;
+  uint64_t owner = 0;
+  int64_t now_ms = 0;
+  int64_t next_attempt_ms = 0;
+  int64_t deliver_by_ms = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, record_update& x) {
   return f(caf::meta::type_name("record_update"), x.route, x.key, x.op,
-           x.first_seen_ms, x.status, x.headers, x.response, x.request_id);
+           x.first_seen_ms, x.status, x.headers, x.response, x.request_id,
+           x.attempt, x.owner, x.now_ms, x.next_attempt_ms, x.deliver_by_ms);
 }
 
-/// How the first request of a claimed key fared upstream: the part of a
-/// key's lifecycle after `in_flight` (see `record_state`).
+/// Whether an update needs the durable-delivery fields (a log entry format
+/// that older builds do not read).
+inline bool uses_delivery(const record_update& x) {
+  return x.op >= transition::defer || x.attempt != 0 || x.owner != 0
+         || x.now_ms != 0 || x.next_attempt_ms != 0 || x.deliver_by_ms != 0;
+}
+
+/// The same for a claim.
+inline bool uses_delivery(const claim_request& x) {
+  return x.deliver_by_ms != 0 || !x.signal_type.empty();
+}
+
+/// How an attempt to send a claimed key's signal fared upstream: the part
+/// of a key's lifecycle after `in_flight` (see `record_state`).
 enum class delivery : uint8_t {
   /// A final answer: the record completes with it.
   answered = 0,
-  /// Nothing reached the upstream: the key is released, a retry executes.
+  /// Nothing reached the upstream: the key is released (a retry executes),
+  /// or, if the record delivers durably, queued for another attempt.
   not_sent = 1,
   /// It may have reached the upstream: in doubt, never executed again
   /// automatically.
   maybe_sent = 2,
 };
 
-/// The one rule for what a delivery makes of the in-flight record of
-/// `(route, key)` claimed at `first_seen_ms`; for `answered`, the answer
-/// to store (`headers` as in `record::headers`).
-record_update after_delivery(std::string route, std::string key,
-                             int64_t first_seen_ms, delivery d,
+/// Which attempt of which record a delivery is about.
+struct delivery_attempt {
+  std::string route;
+  std::string key;
+  /// The record instance (`record::first_seen_ms`).
+  int64_t first_seen_ms = 0;
+  /// Durable delivery: the attempt's number and request id (0: the claim's
+  /// own first attempt on a route without durable delivery), and when a
+  /// next attempt may start if this one was not sent (0: release instead).
+  uint32_t attempt = 0;
+  uint64_t request_id = 0;
+  int64_t retry_at_ms = 0;
+  /// The time of the outcome (the proposer's clock).
+  int64_t now_ms = 0;
+};
+
+/// The one rule for what a delivery makes of the in-flight record of an
+/// attempt; for `answered`, the answer to store (`headers` as in
+/// `record::headers`).
+record_update after_delivery(const delivery_attempt& a, delivery d,
                              uint16_t status = 0, std::string headers = {},
                              std::string response = {});
 
@@ -288,6 +368,19 @@ struct record_page {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, record_page& x) {
   return f(caf::meta::type_name("record_page"), x.records, x.next_after);
+}
+
+/// The delivery queue as a node's store sees it: queued records due now
+/// (with their signals) and the earliest next attempt of the rest (-1: no
+/// queued record).
+struct delivery_queue {
+  std::vector<record> due;
+  int64_t next_ms = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delivery_queue& x) {
+  return f(caf::meta::type_name("delivery_queue"), x.due, x.next_ms);
 }
 
 /// How many unsettled records of one route are in one state.
@@ -329,6 +422,10 @@ constexpr std::size_t response = 16 * 1024 * 1024;
 constexpr std::size_t signal = 64 * 1024 * 1024;
 /// Records in one page of a listing (GET /v1/keys?limit=1..1000).
 constexpr uint32_t list_page = 1000;
+/// A request's Content-Type kept for another delivery attempt.
+constexpr std::size_t signal_type = 1024;
+/// Delivery attempts of one record (a day of retries every second).
+constexpr uint32_t attempts = 100000;
 /// Ten years: no route lives longer.
 constexpr int64_t ttl_ms = int64_t{10} * 366 * 24 * 3600 * 1000;
 } // namespace record_bounds

@@ -13,7 +13,25 @@ namespace {
 // "OGC3": claims carry owner and request id, updates a request id, and
 // doubts exist. "OGC1" and "OGC2" entries were never written to a Raft log
 // of a released build, so they are refused like any other unknown format.
-constexpr uint32_t batch_magic = 0x3343474F;
+constexpr uint32_t batch_magic_v3 = 0x3343474F;
+// "OGC4": OGC3, plus durable delivery (claims carry a delivery deadline and
+// the request's Content-Type; updates an attempt, its node, the proposer's
+// time, the next attempt's time and a deadline; the delivery transitions).
+// A batch is written as OGC3 unless a command needs OGC4, so that nodes of
+// the build before can still read the log of a cluster that does not use
+// durable delivery (docs/operations.md, "Upgrades").
+constexpr uint32_t batch_magic_v4 = 0x3443474F;
+
+bool needs_v4(const command& cmd) {
+  switch (cmd.type) {
+    case command::kind::claim:
+      return uses_delivery(cmd.claim);
+    case command::kind::update:
+      return uses_delivery(cmd.update);
+    default:
+      return false;
+  }
+}
 
 class writer {
 public:
@@ -112,14 +130,15 @@ std::size_t encoded_size(const command& cmd) {
   switch (cmd.type) {
     case command::kind::claim: {
       auto& c = cmd.claim;
+      // OGC4's fields counted always: an upper bound.
       return 1 + 6 * 4 + c.route.size() + c.key.size() + c.fingerprint.size()
              + c.headers.size() + c.response.size() + c.signal.size() + 8 * 4
-             + 1 + 2;
+             + 1 + 2 + 8 + 4 + c.signal_type.size();
     }
     case command::kind::update: {
       auto& u = cmd.update;
       return 1 + 4 * 4 + u.route.size() + u.key.size() + u.headers.size()
-             + u.response.size() + 1 + 8 + 2 + 8;
+             + u.response.size() + 1 + 8 + 2 + 8 + 4 + 8 * 4;
     }
     case command::kind::purge:
       return 1 + 8 + 4;
@@ -130,8 +149,9 @@ std::size_t encoded_size(const command& cmd) {
 }
 
 std::string encode_batch(const std::vector<command>& batch) {
+  bool v4 = std::any_of(batch.begin(), batch.end(), needs_v4);
   writer w;
-  w.u32(batch_magic);
+  w.u32(v4 ? batch_magic_v4 : batch_magic_v3);
   w.u32(static_cast<uint32_t>(batch.size()));
   for (auto& cmd : batch) {
     w.u8(static_cast<uint8_t>(cmd.type));
@@ -150,6 +170,10 @@ std::string encode_batch(const std::vector<command>& batch) {
         w.str(c.signal);
         w.u64(c.owner);
         w.u64(c.request_id);
+        if (v4) {
+          w.i64(c.deliver_by_ms);
+          w.str(c.signal_type);
+        }
         break;
       }
       case command::kind::update: {
@@ -162,6 +186,13 @@ std::string encode_batch(const std::vector<command>& batch) {
         w.str(u.headers);
         w.str(u.response);
         w.u64(u.request_id);
+        if (v4) {
+          w.u32(u.attempt);
+          w.u64(u.owner);
+          w.i64(u.now_ms);
+          w.i64(u.next_attempt_ms);
+          w.i64(u.deliver_by_ms);
+        }
         break;
       }
       case command::kind::purge:
@@ -183,8 +214,9 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
   reader r{entry};
   uint32_t magic = 0;
   uint32_t count = 0;
-  if (!r.u32(magic) || magic != batch_magic)
+  if (!r.u32(magic) || (magic != batch_magic_v3 && magic != batch_magic_v4))
     return malformed("bad magic");
+  bool v4 = magic == batch_magic_v4;
   // Every command takes at least one byte: a count beyond the size is a lie.
   if (!r.u32(count) || count > entry.size())
     return malformed("bad count");
@@ -205,7 +237,8 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
              && r.i64(c.now_ms) && r.i64(c.ttl_ms) && r.u8(state)
              && state <= static_cast<uint8_t>(record_state::in_doubt)
              && r.u16(c.status) && r.str(c.headers) && r.str(c.response)
-             && r.str(c.signal) && r.u64(c.owner) && r.u64(c.request_id);
+             && r.str(c.signal) && r.u64(c.owner) && r.u64(c.request_id)
+             && (!v4 || (r.i64(c.deliver_by_ms) && r.str(c.signal_type)));
         c.initial_state = static_cast<record_state>(state);
         break;
       }
@@ -213,10 +246,14 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
         cmd.type = command::kind::update;
         auto& u = cmd.update;
         uint8_t op = 0;
+        auto last = v4 ? transition::redeliver : transition::release_settled;
         ok = r.str(u.route) && r.str(u.key) && r.u8(op)
-             && op <= static_cast<uint8_t>(transition::release_settled)
-             && r.i64(u.first_seen_ms) && r.u16(u.status) && r.str(u.headers)
-             && r.str(u.response) && r.u64(u.request_id);
+             && op <= static_cast<uint8_t>(last) && r.i64(u.first_seen_ms)
+             && r.u16(u.status) && r.str(u.headers) && r.str(u.response)
+             && r.u64(u.request_id)
+             && (!v4
+                 || (r.u32(u.attempt) && r.u64(u.owner) && r.i64(u.now_ms)
+                     && r.i64(u.next_attempt_ms) && r.i64(u.deliver_by_ms)));
         u.op = static_cast<transition>(op);
         break;
       }
@@ -280,6 +317,7 @@ apply_batch(sqlite_store& db, uint64_t index,
         break;
       }
       case command::kind::update: {
+        now = std::max(now, cmd.update.now_ms);
         auto res = db.update(cmd.update, now);
         if (!res)
           return fail(std::move(res.error()));

@@ -4,6 +4,7 @@
 #include "common/enum_text.hpp"
 #include "common/errc.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ record sqlite_store::impl::read_record(sqlite3_stmt* st,
   rec.headers = column_blob(st, 7);
   rec.owner = static_cast<uint64_t>(sqlite3_column_int64(st, 8));
   rec.request_id = static_cast<uint64_t>(sqlite3_column_int64(st, 9));
+  rec.attempts = static_cast<uint32_t>(sqlite3_column_int64(st, 10));
+  rec.next_attempt_ms = sqlite3_column_int64(st, 11);
+  rec.deliver_by_ms = sqlite3_column_int64(st, 12);
+  rec.signal_type = column_blob(st, 13);
   return rec;
 }
 
@@ -51,6 +56,10 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
     bind_blob(st, 10, rec.headers);
     sqlite3_bind_int64(st, 11, static_cast<int64_t>(rec.owner));
     sqlite3_bind_int64(st, 12, static_cast<int64_t>(rec.request_id));
+    sqlite3_bind_int64(st, 13, rec.attempts);
+    sqlite3_bind_int64(st, 14, rec.next_attempt_ms);
+    sqlite3_bind_int64(st, 15, rec.deliver_by_ms);
+    bind_blob(st, 16, rec.signal_type);
   };
   // Writes `result.rec` with statement `id` (the changes stay readable
   // after the guard reset it).
@@ -127,27 +136,54 @@ caf::expected<update_result> sqlite_store::update(const record_update& upd,
   // One statement per transition, indexed by it; an out-of-range value (a
   // cast from an untrusted integer) changes nothing.
   static constexpr stmt_id by_transition[] = {
-    stmt_complete, stmt_release, stmt_mark_in_doubt, stmt_release_settled};
-  static_assert(enum_table_covers(transition::release_settled, by_transition));
+    stmt_complete, stmt_release,       stmt_mark_in_doubt, stmt_release_settled,
+    stmt_defer,    stmt_start_attempt, stmt_fail,          stmt_redeliver};
+  static_assert(enum_table_covers(transition::redeliver, by_transition));
   auto op = static_cast<uint8_t>(upd.op);
   if (op >= std::size(by_transition))
     return make_error(errc::invalid_argument, "unknown transition");
   stmt_id id = by_transition[op];
+  // The delivery transitions judge time by the proposer's clock, never
+  // below the store's.
+  auto at = std::max(now_ms, upd.now_ms);
   {
     auto st = impl_->stmts[id];
     stmt_guard guard{st};
     bind_text(st, 1, upd.route);
     bind_text(st, 2, upd.key);
-    if (upd.op == transition::complete) {
-      sqlite3_bind_int(st, 3, upd.status);
-      bind_blob(st, 4, upd.response);
-      sqlite3_bind_int64(st, 5, upd.first_seen_ms);
-      bind_blob(st, 6, upd.headers);
-      sqlite3_bind_int64(st, 7, static_cast<int64_t>(upd.request_id));
-      sqlite3_bind_int64(st, 8, now_ms);
-    } else {
-      sqlite3_bind_int64(st, 3, upd.first_seen_ms);
-      sqlite3_bind_int64(st, 4, static_cast<int64_t>(upd.request_id));
+    sqlite3_bind_int64(st, 3, upd.first_seen_ms);
+    switch (upd.op) {
+      case transition::complete:
+        // Its own numbering (written first; kept as it was).
+        sqlite3_bind_int(st, 3, upd.status);
+        bind_blob(st, 4, upd.response);
+        sqlite3_bind_int64(st, 5, upd.first_seen_ms);
+        bind_blob(st, 6, upd.headers);
+        sqlite3_bind_int64(st, 7, static_cast<int64_t>(upd.request_id));
+        sqlite3_bind_int64(st, 8, now_ms);
+        break;
+      case transition::defer:
+        sqlite3_bind_int64(st, 4, static_cast<int64_t>(upd.request_id));
+        sqlite3_bind_int64(st, 5, upd.attempt);
+        sqlite3_bind_int64(st, 6, upd.next_attempt_ms);
+        sqlite3_bind_int64(st, 7, at);
+        break;
+      case transition::start_attempt:
+        sqlite3_bind_int64(st, 4, static_cast<int64_t>(upd.request_id));
+        sqlite3_bind_int64(st, 5, upd.attempt);
+        sqlite3_bind_int64(st, 6, static_cast<int64_t>(upd.owner));
+        sqlite3_bind_int64(st, 7, at);
+        break;
+      case transition::fail:
+        sqlite3_bind_int64(st, 4, at);
+        break;
+      case transition::redeliver:
+        sqlite3_bind_int64(st, 4, upd.deliver_by_ms);
+        sqlite3_bind_int64(st, 5, at);
+        break;
+      default:
+        sqlite3_bind_int64(st, 4, static_cast<int64_t>(upd.request_id));
+        break;
     }
     if (sqlite3_step(st) != SQLITE_DONE)
       return sqlite_error(impl_->db, statements[id]);
@@ -178,7 +214,7 @@ caf::expected<record_page> sqlite_store::list(const std::string& route,
       break;
     if (rc != SQLITE_ROW)
       return sqlite_error(impl_->db, "list records");
-    auto key = column_blob(st, 10);
+    auto key = column_blob(st, 14);
     if (page.records.size() == limit) {
       page.next_after = page.records.back().key;
       break;
@@ -236,6 +272,34 @@ caf::expected<int64_t> sqlite_store::next_expiry() {
   stmt_guard guard{st};
   if (sqlite3_step(st) != SQLITE_ROW)
     return sqlite_error(impl_->db, "next expiry");
+  if (sqlite3_column_type(st, 0) == SQLITE_NULL)
+    return int64_t{-1};
+  return sqlite3_column_int64(st, 0);
+}
+
+caf::expected<std::vector<record>> sqlite_store::due(int64_t now_ms,
+                                                     uint32_t limit) {
+  auto st = impl_->stmts[stmt_due];
+  stmt_guard guard{st};
+  sqlite3_bind_int64(st, 1, now_ms);
+  sqlite3_bind_int64(st, 2, limit);
+  std::vector<record> out;
+  for (;;) {
+    auto rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+      return out;
+    if (rc != SQLITE_ROW)
+      return sqlite_error(impl_->db, "due records");
+    out.push_back(impl::read_record(st, column_blob(st, 14),
+                                    column_blob(st, 15)));
+  }
+}
+
+caf::expected<int64_t> sqlite_store::next_delivery() {
+  auto st = impl_->stmts[stmt_next_delivery];
+  stmt_guard guard{st};
+  if (sqlite3_step(st) != SQLITE_ROW)
+    return sqlite_error(impl_->db, "next delivery");
   if (sqlite3_column_type(st, 0) == SQLITE_NULL)
     return int64_t{-1};
   return sqlite3_column_int64(st, 0);

@@ -46,6 +46,14 @@ const char* const migrations[] = {
   // purges never meet an unsettled one.
   "DROP INDEX records_by_expiry;"
   "CREATE INDEX records_expiry ON records(expires_at_ms) WHERE state = 1;",
+  // 4 -> 5: durable delivery: attempts, the next attempt's time (queued) or
+  // the running one's start (in flight), the delivery deadline, the
+  // request's Content-Type; the queue of due records (queued = 3).
+  "ALTER TABLE records ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;"
+  "ALTER TABLE records ADD COLUMN next_attempt_ms INTEGER NOT NULL DEFAULT 0;"
+  "ALTER TABLE records ADD COLUMN deliver_by_ms INTEGER NOT NULL DEFAULT 0;"
+  "ALTER TABLE records ADD COLUMN signal_type BLOB NOT NULL DEFAULT x'';"
+  "CREATE INDEX records_due ON records(next_attempt_ms) WHERE state = 3;",
 };
 
 static_assert(std::size(migrations) == sqlite_store::schema_version);
@@ -70,19 +78,24 @@ const char* const statements[stmt_count_ids] = {
   "ROLLBACK",
   // stmt_select_record
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
-  "       response, signal, headers, owner, request_id"
+  "       response, signal, headers, owner, request_id, attempts,"
+  "       next_attempt_ms, deliver_by_ms, signal_type"
   "  FROM records WHERE route = ?1 AND key = ?2",
   // stmt_insert_new: most claims are for new keys; one statement decides
   // them (a conflict changes nothing and falls back to reading the row).
   "INSERT INTO records(route, key, state, fingerprint, first_seen_ms,"
-  "  expires_at_ms, status, response, signal, headers, owner, request_id)"
-  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+  "  expires_at_ms, status, response, signal, headers, owner, request_id,"
+  "  attempts, next_attempt_ms, deliver_by_ms, signal_type)"
+  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
+  "         ?15, ?16)"
   "  ON CONFLICT(route, key) DO NOTHING",
   // stmt_upsert_record
   "INSERT OR REPLACE INTO records(route, key, state, fingerprint,"
   "  first_seen_ms, expires_at_ms, status, response, signal, headers,"
-  "  owner, request_id)"
-  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+  "  owner, request_id, attempts, next_attempt_ms, deliver_by_ms,"
+  "  signal_type)"
+  "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
+  "         ?15, ?16)",
   // stmt_complete: from in_flight (0) or in_doubt (2) to completed (1).
   // A completion that comes late (an in-doubt record settled after its TTL)
   // still protects the key for a whole TTL from now (?8): otherwise the
@@ -107,15 +120,19 @@ const char* const statements[stmt_count_ids] = {
   // stmt_list_state: through the unsettled index (state != 1; only for
   // the unsettled states it lists).
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
-  "       response, signal, headers, owner, request_id, key"
+  "       response, signal, headers, owner, request_id, attempts,"
+  "       next_attempt_ms, deliver_by_ms, signal_type, key"
   "  FROM records WHERE route = ?1 AND state = ?2 AND key > ?3"
   "    AND state != 1"
   "  ORDER BY key LIMIT ?4",
-  // stmt_doubt: in_flight (0) -> in_doubt (2) for the claims of owner ?1
-  // (0: any) first seen before ?2. `state != 1` repeats the partial index's
-  // WHERE so that SQLite uses the index instead of scanning every record.
+  // stmt_doubt: in_flight (0) -> in_doubt (2) for the attempts of owner ?1
+  // (0: any) started before ?2 (a queued record's later attempt starts at
+  // next_attempt_ms; a claim's first attempt at first_seen_ms). `state != 1`
+  // repeats the partial index's WHERE so that SQLite uses the index instead
+  // of scanning every record.
   "UPDATE records SET state = 2 WHERE state = 0 AND state != 1"
-  "  AND (?1 = 0 OR owner = ?1) AND first_seen_ms < ?2",
+  "  AND (?1 = 0 OR owner = ?1)"
+  "  AND MAX(first_seen_ms, next_attempt_ms) < ?2",
   // stmt_purge: completed records only (the one expiry rule, see
   // `live`), oldest first through the expiry index, bounded.
   "DELETE FROM records WHERE rowid IN ("
@@ -140,6 +157,37 @@ const char* const statements[stmt_count_ids] = {
   // stmt_unsettled: through the unsettled index.
   "SELECT route, state, COUNT(*) FROM records WHERE state != 1"
   "  GROUP BY route, state",
+  // stmt_defer: in_flight (0) -> queued (3) due at ?6, or failed (4) once
+  // the proposer's time ?7 reached the deadline; only the attempt meant
+  // (?5) of a record that delivers durably.
+  "UPDATE records SET next_attempt_ms = ?6,"
+  "  state = CASE WHEN ?7 >= deliver_by_ms THEN 4 ELSE 3 END"
+  "  WHERE route = ?1 AND key = ?2 AND state = 0 AND deliver_by_ms != 0"
+  "    AND (?3 = 0 OR first_seen_ms = ?3) AND (?4 = 0 OR request_id = ?4)"
+  "    AND attempts = ?5",
+  // stmt_start_attempt: queued (3) -> in_flight (0) as attempt ?5 (the
+  // next one: one starter wins), by node ?6 as request ?4, started at ?7,
+  // before the deadline.
+  "UPDATE records SET state = 0, attempts = ?5, owner = ?6, request_id = ?4,"
+  "  next_attempt_ms = ?7"
+  "  WHERE route = ?1 AND key = ?2 AND state = 3 AND first_seen_ms = ?3"
+  "    AND attempts = ?5 - 1 AND ?7 < deliver_by_ms",
+  // stmt_fail: queued (3) -> failed (4) once ?4 reached the deadline.
+  "UPDATE records SET state = 4"
+  "  WHERE route = ?1 AND key = ?2 AND state = 3"
+  "    AND (?3 = 0 OR first_seen_ms = ?3) AND ?4 >= deliver_by_ms",
+  // stmt_redeliver: failed (4) -> queued (3), due at ?5, deadline ?4.
+  "UPDATE records SET state = 3, next_attempt_ms = ?5, deliver_by_ms = ?4"
+  "  WHERE route = ?1 AND key = ?2 AND state = 4"
+  "    AND (?3 = 0 OR first_seen_ms = ?3) AND ?4 > ?5",
+  // stmt_due: the queue through its index, earliest first.
+  "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
+  "       response, signal, headers, owner, request_id, attempts,"
+  "       next_attempt_ms, deliver_by_ms, signal_type, route, key"
+  "  FROM records WHERE state = 3 AND next_attempt_ms <= ?1"
+  "  ORDER BY next_attempt_ms LIMIT ?2",
+  // stmt_next_delivery
+  "SELECT MIN(next_attempt_ms) FROM records WHERE state = 3",
 };
 
 caf::error sqlite_error(sqlite3* db, const char* what) {

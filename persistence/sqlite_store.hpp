@@ -48,7 +48,7 @@ struct store_options {
 class sqlite_store {
 public:
   /// The schema version this build writes.
-  static constexpr int schema_version = 4;
+  static constexpr int schema_version = 5;
 
   /// Opens (creating or migrating) the database: the writer. Fails with
   /// `errc::storage_failure` (SQLite's message as context) or
@@ -109,7 +109,8 @@ public:
   /// Sets the store's clock, inside the open transaction.
   caf::error set_clock_ms(int64_t now_ms);
 
-  /// Number of unsettled (in-flight, in-doubt) records per route and state.
+  /// Number of unsettled (in-flight, in-doubt, queued, failed) records per
+  /// route and state.
   caf::expected<std::vector<unsettled_count>> unsettled();
 
   /// Lists up to `limit` records of `route` in `state` with keys after
@@ -140,6 +141,15 @@ public:
   /// Earliest `expires_at_ms` of all completed records, or -1 when there
   /// are none.
   caf::expected<int64_t> next_expiry();
+
+  /// Up to `limit` queued records whose next attempt may start at `now_ms`
+  /// (`next_attempt_ms <= now_ms`), earliest first, with their signals: the
+  /// delivery queue (its rows are the durable schedule).
+  caf::expected<std::vector<record>> due(int64_t now_ms, uint32_t limit);
+
+  /// Earliest `next_attempt_ms` of all queued records, or -1 when there are
+  /// none.
+  caf::expected<int64_t> next_delivery();
 
   /// Number of stored records.
   caf::expected<uint64_t> count();

@@ -43,6 +43,12 @@ enum stmt_id : size_t {
   stmt_get_clock,
   stmt_set_clock,
   stmt_unsettled,
+  stmt_defer,
+  stmt_start_attempt,
+  stmt_fail,
+  stmt_redeliver,
+  stmt_due,
+  stmt_next_delivery,
   stmt_count_ids, // number of statements
 };
 

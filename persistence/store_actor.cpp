@@ -383,6 +383,17 @@ store_actor::behavior_type store_impl(store_pointer self,
       return enqueue_for(self, std::move(cmd), &waiter::doubt_rp);
     },
     [self](next_atom) { return answer(self->state.sink->reader().next_expiry()); },
+    [self](due_atom, int64_t now_ms,
+           uint32_t limit) -> caf::result<delivery_queue> {
+      auto& db = self->state.sink->reader();
+      auto due = db.due(now_ms, limit);
+      if (!due)
+        return std::move(due.error());
+      auto next = db.next_delivery();
+      if (!next)
+        return std::move(next.error());
+      return delivery_queue{std::move(*due), *next};
+    },
     [self](stats_atom) {
       auto stats = self->state.stats;
       if (auto xs = self->state.sink->reader().unsettled())

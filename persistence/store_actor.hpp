@@ -84,6 +84,9 @@ using store_actor = caf::typed_actor<
   caf::replies_to<doubt_atom, uint64_t, int64_t>::with<uint64_t>,
   /// Answers the earliest expiry (-1: none).
   caf::replies_to<next_atom>::with<int64_t>,
+  /// The delivery queue: up to `limit` queued records due at `now_ms`, and
+  /// the earliest next attempt.
+  caf::replies_to<due_atom, int64_t, uint32_t>::with<delivery_queue>,
   /// Answers the counters.
   caf::replies_to<stats_atom>::with<store_stats>,
   /// Answers the number of stored records (a full count: not for hot

@@ -200,6 +200,16 @@ caf::error not_leader() {
   return make_error(errc::not_leader, "this node is not the ready leader");
 }
 
+} // namespace
+
+bool answered_by(caf::event_based_actor* self, const caf::actor& target) {
+  auto from = self->current_sender();
+  return from != nullptr && target && from->node() == target.node()
+         && from->id() == target.id();
+}
+
+namespace {
+
 // Answers another node's request with what `hdl` answers, from the front
 // itself (never `delegate`): no actor behind the front answers another node,
 // so no other node learns its address. CAF 0.17's BASP broker monitors every
@@ -269,10 +279,18 @@ void doubt_own(front_pointer self) {
   auto leader = status.leader_id;
   self
     ->request(hdl, st.remote_timeout, doubt_atom::value, st.id, st.started_ms)
-    .then(on_done, [self, retry, leader](caf::error&) {
-      self->state.links->drop(leader);
-      retry();
-    });
+    .then(
+      [self, hdl, on_done, retry](uint64_t n) {
+        if (!answered_by(self, hdl)) {
+          retry(); // not the leader's answer: ask again
+          return;
+        }
+        on_done(n);
+      },
+      [self, retry, leader](caf::error&) {
+        self->state.links->drop(leader);
+        retry();
+      });
 }
 
 caf::behavior front_impl(front_pointer self, node local,
@@ -331,7 +349,7 @@ caf::behavior front_impl(front_pointer self, node local,
       if (route.size() > record_bounds::route
           || after.size() > record_bounds::key
           || static_cast<uint8_t>(state)
-               > static_cast<uint8_t>(record_state::in_doubt)
+               > static_cast<uint8_t>(record_state::failed)
           || limit > record_bounds::list_page)
         return refuse(self, "list", "bounds");
       if (!self->state.ready())

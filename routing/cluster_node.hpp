@@ -129,6 +129,14 @@ struct cluster_hooks {
   std::function<void()> on_unavailable;
 };
 
+/// Whether the message `self` is handling comes from `target` (another
+/// node's front actor), by node and actor id. CAF matches answers to
+/// requests by message id alone, so every answer from another node is
+/// checked with this; the node ids on the CAF port are bound to the
+/// certificates (routing/peer_basp.hpp), so a member cannot answer for
+/// another.
+bool answered_by(caf::event_based_actor* self, const caf::actor& target);
+
 /// Prepares the node's CAF connections to the other nodes for mutual TLS
 /// (libcaf_openssl with the node-identity policy of `peer_tls.hpp`) when
 /// `copts.raft.tls` is set: loads the OpenSSL module and checks the

@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include <openssl/evp.h>
 
+#include <caf/atom.hpp>
 #include <caf/binary_deserializer.hpp>
+#include <caf/message_id.hpp>
 #include <caf/io/basp/message_type.hpp>
 
 namespace oncegate::tls {
@@ -49,6 +52,31 @@ bool is_handshake(basp::message_type op) {
   return op == basp::message_type::server_handshake
          || op == basp::message_type::client_handshake;
 }
+
+// The first bytes of a direct or routed message's content that the guard
+// reads: the forwarding stack's size, and the message's list of type names
+// (`message::save`: a u16 zero, then "@<>+type+type..." as a string).
+constexpr size_t message_prefix = 520;
+
+// Types no message between oncegate's nodes carries: CAF's system messages
+// (an exit_msg with exit_reason::kill ends any actor it reaches), actor
+// handles (links, monitors, answers sent elsewhere) and nested messages
+// (which could hide either).
+constexpr std::string_view refused_types[] = {
+  "@exit",          "@down",           "@actor",         "@actorvec",
+  "@addr",          "@addrvec",        "@strong_actor_ptr",
+  "@weak_actor_ptr", "@group",         "@group_down",    "@message",
+  "@open_stream_msg", "@upstream_msg", "@downstream_msg", "@timeout"};
+
+// CAF's own message to a node it learns of, to its spawn server (an async
+// request for "info", which CAF answers with nothing): the one message to
+// a named receiver oncegate's nodes let through.
+constexpr std::string_view spawn_server_query = "@<>+@atom+@atom+@str";
+// Its answer, sent on its own (to the querying helper actor): ok, "info",
+// the spawn server's handle, its name. The one async message, and the one
+// handle, let through.
+constexpr std::string_view spawn_server_reply
+  = "@<>+@atom+@str+@strong_actor_ptr+@str";
 
 bool names_two_nodes(basp::message_type op) {
   return op == basp::message_type::routed_message
@@ -126,6 +154,13 @@ std::string basp_guard::check_header() {
   if (hdr_.payload_len < capture_)
     return name + " too short (" + std::to_string(hdr_.payload_len)
            + " bytes)";
+  if (op == basp::message_type::direct_message
+      || op == basp::message_type::routed_message) {
+    if (hdr_.has(basp::header::named_receiver_flag)
+        && hdr_.dest_actor != static_cast<uint64_t>(caf::atom("SpawnServ")))
+      return name + " to a named receiver";
+    capture_ += std::min<size_t>(hdr_.payload_len - capture_, message_prefix);
+  }
   skip_ = hdr_.payload_len - capture_;
   in_payload_ = hdr_.payload_len > 0;
   return {};
@@ -154,6 +189,8 @@ std::string basp_guard::check_capture() {
     remote_ = std::move(source);
     return {};
   }
+  if (hdr_.operation == basp::message_type::direct_message)
+    return check_message(buf_.data(), buf_.size());
   caf::node_id dest;
   if (bd(source, dest))
     return name + " with unreadable node ids";
@@ -162,6 +199,58 @@ std::string basp_guard::check_capture() {
            + ", not this connection's node " + text(remote_);
   if (dest != self_)
     return name + " to CAF node " + text(dest) + ", not this node";
+  if (hdr_.operation == basp::message_type::routed_message)
+    return check_message(buf_.data() + 2 * node_id_size,
+                         buf_.size() - 2 * node_id_size);
+  return {};
+}
+
+std::string basp_guard::check_message(const char* data, size_t n) {
+  auto name = "BASP " + basp::to_string(hdr_.operation);
+  // The forwarding stack: its size is a varbyte, and oncegate sends none
+  // (an answer would go to whoever it names).
+  if (n < 1 || static_cast<uint8_t>(data[0]) != 0)
+    return name + " with a forwarding stack";
+  // The type names, after a u16 zero, as a varbyte-sized string.
+  if (n < 4 || data[1] != 0 || data[2] != 0)
+    return name + " with an unreadable message";
+  size_t len = 0;
+  size_t pos = 3;
+  for (int shift = 0; pos < n && shift < 28; shift += 7) {
+    auto b = static_cast<uint8_t>(data[pos++]);
+    len |= static_cast<size_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0)
+      break;
+  }
+  if (len > n - pos)
+    return name + " with a message of too many types";
+  std::string_view types{data + pos, len};
+  if (hdr_.has(basp::header::named_receiver_flag)) {
+    if (types != spawn_server_query)
+      return name + " to a named receiver";
+    return {};
+  }
+  // Requests and their answers only: an async message between the nodes is
+  // none of oncegate's, but the spawn server's answer to CAF's query.
+  if ((hdr_.operation_data & caf::message_id::request_id_mask) == 0) {
+    if (types != spawn_server_reply)
+      return name + " that is neither a request nor an answer";
+    return {};
+  }
+  if (types.substr(0, 3) != "@<>")
+    return name + " with an unreadable message";
+  types.remove_prefix(3);
+  while (!types.empty()) {
+    if (types.front() != '+')
+      return name + " with an unreadable message";
+    types.remove_prefix(1);
+    auto end = types.find('+');
+    auto type = types.substr(0, end);
+    for (auto refused : refused_types)
+      if (type == refused)
+        return name + " carrying " + std::string{type};
+    types.remove_prefix(end == std::string_view::npos ? types.size() : end);
+  }
   return {};
 }
 

@@ -20,8 +20,17 @@
 //     - a routed, monitor or down message from another node than the
 //       connection's, or to another node than this one (members talk
 //       directly; nobody relays);
+//     - in a direct or routed message: a forwarding stack, an async
+//       message (oncegate's nodes exchange requests and answers only), a
+//       named receiver other than CAF's own spawn-server query, and any
+//       of CAF's system messages, actor handles or nested messages
+//       (`exit_msg` with `exit_reason::kill` ends any actor it reaches;
+//       handles make links, monitors and answers sent elsewhere);
 //     - any message before a handshake, an invalid header, a payload above
 //       the limit (CAF would allocate it).
+//   What the guard cannot see is whose answer a response is: CAF matches it
+//   by message id alone, so the routing layer checks every answer's sender
+//   (`cluster::answered_by`).
 //   The connection is then closed; nothing of the refused frame reaches
 //   CAF.
 
@@ -59,6 +68,7 @@ public:
 private:
   std::string check_header();
   std::string check_capture();
+  std::string check_message(const char* data, size_t n);
 
   uint64_t peer_;
   caf::node_id self_;

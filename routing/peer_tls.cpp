@@ -416,6 +416,12 @@ bool self_test(caf::actor_system& sys, std::string& error) {
   close(fds[1]);
   if (!error.empty())
     return false;
+  if (auto name = not_interposed(); !name.empty()) {
+    error = "the process does not bind " + name
+            + " to the peer policy's definition (is CAF, OpenSSL or this "
+              "unit linked statically?)";
+    return false;
+  }
   auto expected = caf_host_id(current_state()->config.self_id);
   auto self = sys.node();
   if (!self || self->implementation_id() != caf::node_id::default_data::class_id

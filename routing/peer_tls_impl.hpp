@@ -155,4 +155,11 @@ size_t sweep_held();
 
 size_t held_count();
 
+/// The address of this unit's `accept` or `epoll_ctl`.
+void* socket_interposer(const char* name);
+
+/// The first interposed function that the process does not bind to this
+/// executable's definition (empty: all are), for self_test().
+std::string not_interposed();
+
 } // namespace oncegate::tls::detail

@@ -418,3 +418,35 @@ ONCEGATE_INTERPOSE int SSL_write(SSL* ssl, const void* buf, int num) {
 }
 
 } // extern "C"
+
+namespace oncegate::tls::detail {
+
+std::string not_interposed() {
+  // What libcaf_openssl and libcaf_io bind to is the first definition in
+  // the process's global scope: it must be this executable's.
+  struct entry {
+    const char* name;
+    void* ours;
+  };
+  const entry entries[] = {
+    {"SSL_CTX_set_verify", reinterpret_cast<void*>(&SSL_CTX_set_verify)},
+    {"SSL_CTX_use_certificate_chain_file",
+     reinterpret_cast<void*>(&SSL_CTX_use_certificate_chain_file)},
+    {"SSL_CTX_use_PrivateKey_file",
+     reinterpret_cast<void*>(&SSL_CTX_use_PrivateKey_file)},
+    {"SSL_connect", reinterpret_cast<void*>(&SSL_connect)},
+    {"SSL_accept", reinterpret_cast<void*>(&SSL_accept)},
+    {"SSL_read", reinterpret_cast<void*>(&SSL_read)},
+    {"SSL_write", reinterpret_cast<void*>(&SSL_write)},
+    {"accept", socket_interposer("accept")},
+    {"epoll_ctl", socket_interposer("epoll_ctl")},
+    {"_ZN3caf7node_id12default_data5localERKNS_19actor_system_configE",
+     reinterpret_cast<void*>(&caf::node_id::default_data::local)},
+  };
+  for (auto& e : entries)
+    if (dlsym(RTLD_DEFAULT, e.name) != e.ours)
+      return e.name;
+  return {};
+}
+
+} // namespace oncegate::tls::detail

@@ -39,6 +39,7 @@
 #include <cerrno>
 
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -245,4 +246,12 @@ epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
   auto stripped = *ev;
   stripped.events &= ~static_cast<uint32_t>(EPOLLOUT);
   return real(epfd, op, fd, &stripped);
+}
+
+void* oncegate::tls::detail::socket_interposer(const char* name) {
+  if (std::string_view{name} == "accept")
+    return reinterpret_cast<void*>(&accept);
+  if (std::string_view{name} == "epoll_ctl")
+    return reinterpret_cast<void*>(&epoll_ctl);
+  return nullptr;
 }

@@ -44,6 +44,19 @@ bool retryable(const caf::error& err) {
          || code == errc::store_unavailable;
 }
 
+// Counts (with the refused peer messages) and logs, first and then every
+// 1000th, an answer that did not come from the node asked.
+void forged_answer(const std::shared_ptr<const cluster_route>& cr,
+                   caf::event_based_actor* self) {
+  auto n = cr->refused->fetch_add(1) + 1;
+  if (n == 1 || n % 1000 == 0) {
+    auto from = self->current_sender();
+    log::cluster()->warn("cluster.answer_refused from={} (not the node "
+                         "asked) refused_total={}",
+                         from ? caf::to_string(from->node()) : "?", n);
+  }
+}
+
 template <class T, class Local, class... Ts>
 void forward(caf::event_based_actor* self,
              std::shared_ptr<const cluster_route> cr, Local local,
@@ -88,10 +101,34 @@ void forward(caf::event_based_actor* self,
     [&](auto&... xs) {
       self->request(target, cr->remote_timeout, xs...)
         .then(
-          [done](T& value) { done(success(std::move(value))); },
-          [cr, remote, again](caf::error& err) mutable {
+          [self, cr, done, remote, target, again](T& value) mutable {
+            // CAF matches an answer to its request by message id alone: a
+            // member could answer for the leader ("accepted" for a key the
+            // leader decided). Only the asked front's answer counts; the
+            // node ids on the CAF port are bound to the certificates
+            // (routing/peer_basp.hpp). A forged one is an unknown outcome:
+            // retried with the same request id.
+            if (remote != 0 && !cluster::answered_by(self, target)) {
+              forged_answer(cr, self);
+              again(make_error(caf::sec::unexpected_response,
+                               "an answer from another node than the one "
+                               "asked"));
+              return;
+            }
+            done(success(std::move(value)));
+          },
+          [self, cr, remote, target, again](caf::error& err) mutable {
             if (remote != 0 && err.category() == caf::atom("system"))
               cr->links->drop(remote);
+            // A forged error is no answer either.
+            if (remote != 0 && self->current_sender() != nullptr
+                && !cluster::answered_by(self, target)) {
+              forged_answer(cr, self);
+              again(make_error(caf::sec::unexpected_response,
+                               "an error from another node than the one "
+                               "asked"));
+              return;
+            }
             again(err);
           });
     },
@@ -189,6 +226,24 @@ public:
                            std::make_tuple(list_atom::value,
                                            std::move(route), state,
                                            std::move(after), limit));
+    });
+  }
+
+  delivery_turn delivery() const override {
+    auto st = cluster_->raft->status();
+    auto id = cluster_->raft->id();
+    // The ready leader delivers: it has applied everything committed, so
+    // its queue is the cluster's. A deposed leader's attempts that were
+    // started (durably) still finish; none starts anywhere else.
+    return {st.leader_id == id && st.leader_ready, st.term, id};
+  }
+
+  void due(int64_t now_ms, uint32_t limit,
+           std::function<void(reply<delivery_queue>)> done) override {
+    post([this, now_ms, limit,
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      ask<delivery_queue>(self, node_.store, opts_.service.probe_timeout,
+                          std::move(done), due_atom::value, now_ms, limit);
     });
   }
 

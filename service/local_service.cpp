@@ -48,6 +48,19 @@ public:
     });
   }
 
+  delivery_turn delivery() const override {
+    return {true, 0, 0};
+  }
+
+  void due(int64_t now_ms, uint32_t limit,
+           std::function<void(reply<delivery_queue>)> done) override {
+    bridge_.post([this, now_ms, limit,
+                  done = std::move(done)](caf::event_based_actor* self) mutable {
+      ask<delivery_queue>(self, node_.store, opts_.probe_timeout,
+                          std::move(done), due_atom::value, now_ms, limit);
+    });
+  }
+
   void metrics(std::function<void(node_metrics)> done) override {
     bridge_.post([this, done = std::move(done)](caf::event_based_actor* self) {
       gather_metrics(self, node_, opts_.probe_timeout, std::move(done));

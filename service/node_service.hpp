@@ -93,6 +93,29 @@ public:
                     uint32_t limit,
                     std::function<void(reply<record_page>)> done) = 0;
 
+  /// Whether this node runs the delivery queue now (a single node always;
+  /// in a cluster only the ready leader: one node at a time delivers), and
+  /// the fence of attempts it starts (`term`: the Raft term, 0 on a single
+  /// node) and its node id (`owner` of the attempts).
+  struct delivery_turn {
+    bool mine = false;
+    uint64_t term = 0;
+    uint64_t node_id = 0;
+  };
+  virtual delivery_turn delivery() const {
+    return {};
+  }
+
+  /// Reads this node's delivery queue (`delivery_queue`); only meaningful
+  /// where `delivery().mine`.
+  virtual void due(int64_t, uint32_t,
+                   std::function<void(reply<delivery_queue>)> done) {
+    reply<delivery_queue> res;
+    res.error = errc::invalid_argument;
+    res.detail = "this node does not deliver";
+    done(std::move(res));
+  }
+
   /// Gathers counters from every actor.
   virtual void metrics(std::function<void(node_metrics)> done) = 0;
 

@@ -52,6 +52,15 @@ struct model {
   size_t refuse_by = 0;
 };
 
+// A message's content as CAF writes it: no forwarding stack, a u16 zero,
+// the type names, some values.
+void content(bytes& out, size_t values) {
+  static const std::string types = "@<>+@atom+@str";
+  out.insert(out.end(), {0, 0, 0, static_cast<char>(types.size())});
+  out.insert(out.end(), types.begin(), types.end());
+  out.resize(out.size() + values, 'v');
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -85,10 +94,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         m.handshaken = m.handshaken || !liar;
         break;
       }
-      case 1: { // direct message
-        payload.resize(in.ConsumeIntegralInRange<size_t>(1, 64), 'm');
-        frame(stream, message_type::direct_message, payload, 7, 3, 10);
-        forged(!m.handshaken);
+      case 1: { // direct message: a request, or (liar) an async one
+        content(payload, in.ConsumeIntegralInRange<size_t>(0, 64));
+        frame(stream, message_type::direct_message, payload, liar ? 0 : 7, 3,
+              10);
+        forged(liar || !m.handshaken);
         break;
       }
       case 2:
@@ -99,9 +109,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                               : message_type::down_message;
         auto to_self = !(liar && in.ConsumeBool());
         put(payload, liar && to_self ? other : own, to_self ? self : other);
-        payload.resize(payload.size() + in.ConsumeIntegralInRange<size_t>(0, 32),
-                       'x');
-        frame(stream, op, payload, 0, op == message_type::monitor_message ? 0 : 4,
+        if (op == message_type::routed_message)
+          content(payload, in.ConsumeIntegralInRange<size_t>(0, 32));
+        else
+          payload.resize(payload.size()
+                           + in.ConsumeIntegralInRange<size_t>(0, 32),
+                         'x');
+        frame(stream, op, payload, op == message_type::routed_message ? 7 : 0,
+              op == message_type::monitor_message ? 0 : 4,
               op == message_type::down_message ? 0 : 10);
         forged(liar || !m.handshaken);
         break;

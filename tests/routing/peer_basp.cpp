@@ -60,15 +60,43 @@ bytes server_handshake(const caf::node_id& who) {
                serialized(who, app_ids, aid, iface), 1);
 }
 
+// A message's content as CAF writes it after the node ids: the forwarding
+// stack (`stages` entries; only the count matters here), a u16 zero, the
+// type names, then the values (not looked at).
+bytes content(const std::string& types = "@<>+@atom+@str", uint8_t stages = 0) {
+  bytes out{static_cast<char>(stages), 0, 0};
+  auto n = types.size();
+  while (n > 0x7f) {
+    out.push_back(static_cast<char>((n & 0x7f) | 0x80));
+    n >>= 7;
+  }
+  out.push_back(static_cast<char>(n));
+  out.insert(out.end(), types.begin(), types.end());
+  out.resize(out.size() + 16, 'v');
+  return out;
+}
+
+// A request id (normal category), and the id of its answer.
+constexpr uint64_t request_id = 0x1000000000000007;
+constexpr uint64_t answer_id = 0x9000000000000007;
+
 bytes between(message_type op, const caf::node_id& from,
               const caf::node_id& to, uint64_t src, uint64_t dst) {
   auto payload = serialized(from, to);
-  payload.resize(payload.size() + 24, 'x'); // what follows: not checked
-  return frame(op, payload, 0, src, dst);
+  uint64_t mid = 0;
+  if (op == message_type::routed_message) {
+    auto c = content();
+    payload.insert(payload.end(), c.begin(), c.end());
+    mid = request_id;
+  } else {
+    payload.resize(payload.size() + 24, 'x'); // what follows: not checked
+  }
+  return frame(op, payload, mid, src, dst);
 }
 
-bytes direct(uint64_t dst) {
-  return frame(message_type::direct_message, bytes(40, 'm'), 7, 3, dst);
+bytes direct(uint64_t dst, uint64_t mid = request_id,
+             const bytes& body = content(), uint8_t flags = 0) {
+  return frame(message_type::direct_message, body, mid, 3, dst, flags);
 }
 
 bytes heartbeat() {
@@ -190,11 +218,17 @@ CAF_TEST(routed monitor and down messages in the name of another node are refuse
     uint64_t src = op == message_type::monitor_message ? 0 : 4;
     uint64_t dst = op == message_type::down_message ? 0 : 10;
     CAF_MESSAGE(caf::io::basp::to_string(op));
-    refused(hs + between(op, other, self, src, dst), "not this connection's",
-            base + 2 * nid - 1);
+    // Refused before the frame's last byte passes (for a routed message
+    // the guard reads its content's types too).
+    auto forged = hs + between(op, other, self, src, dst);
+    refused(forged, "not this connection's",
+            op == message_type::routed_message ? forged.size() - 1
+                                               : base + 2 * nid - 1);
     // Relaying: to a third node.
-    refused(hs + between(op, peer, other, src, dst), "not this node",
-            base + 2 * nid - 1);
+    auto relayed = hs + between(op, peer, other, src, dst);
+    refused(relayed, "not this node",
+            op == message_type::routed_message ? relayed.size() - 1
+                                               : base + 2 * nid - 1);
   }
 }
 
@@ -213,6 +247,56 @@ CAF_TEST(invalid headers oversized and short payloads are refused) {
   // A handshake shorter than a node id.
   refused(frame(message_type::client_handshake, bytes(8, 0)), "too short",
           hdr - 1);
+}
+
+CAF_TEST(only requests and answers of plain types pass in direct messages) {
+  auto hs = client_handshake(peer);
+  auto after = hs.size() + hdr;
+  // Requests and answers of oncegate's own types pass.
+  auto ok = hs + direct(11, request_id, content("@<>+@atom+oncegate.claim_request"))
+            + direct(11, answer_id, content("@<>+oncegate.claim_result"))
+            + direct(11, answer_id, content("@<>+@error"));
+  CAF_CHECK_EQUAL(whole(2, self, ok), "");
+  CAF_CHECK_EQUAL(bytewise(2, self, ok).why, "");
+  // An answer sent on to whoever a forwarding stack names.
+  auto staged = hs + direct(11, request_id, content("@<>+@atom", 1));
+  refused(staged, "forwarding stack", staged.size() - 1);
+  // An async message: an exit or a link needs no request.
+  auto async = hs + direct(11, 0x1000000000000000, content("@<>+@atom"));
+  refused(async, "neither a request nor an answer", async.size() - 1);
+  // But the spawn server's answer to CAF's query (async, with a handle).
+  CAF_CHECK_EQUAL(
+    whole(2, self,
+          hs
+            + direct(14, 0x1000000000000000,
+                     content("@<>+@atom+@str+@strong_actor_ptr+@str"))),
+    "");
+  // CAF's system messages and actor handles, even as requests: an
+  // exit_msg with exit_reason::kill ends any actor.
+  for (auto types : {"@<>+@exit", "@<>+@down", "@<>+@atom+@strong_actor_ptr",
+                     "@<>+@atom+@actor", "@<>+@message", "@<>+@i32+@addr"}) {
+    CAF_MESSAGE(types);
+    refused(hs + direct(11, request_id, content(types)), "carrying", after + 60);
+  }
+  // A named receiver: CAF's spawn-server query only.
+  auto spawn = static_cast<uint64_t>(caf::atom("SpawnServ"));
+  auto config = static_cast<uint64_t>(caf::atom("ConfigServ"));
+  auto named = header::named_receiver_flag;
+  CAF_CHECK_EQUAL(whole(2, self,
+                        hs
+                          + direct(spawn, 0x1000000000000000,
+                                   content("@<>+@atom+@atom+@str"), named)),
+                  "");
+  refused(hs
+            + direct(config, 0x1000000000000000,
+                     content("@<>+@atom+@str+@message"), named),
+          "named receiver", after - 1);
+  auto other_query
+    = hs + direct(spawn, request_id, content("@<>+@atom+@str+@str"), named);
+  refused(other_query, "named receiver", other_query.size() - 1);
+  // A type list that does not fit what the guard reads.
+  refused(hs + direct(11, request_id, content(std::string(600, 'a'))),
+          "too many types", after + 600);
 }
 
 CAF_TEST(after a refusal nothing passes) {

@@ -1,0 +1,168 @@
+"""Durable delivery after 202 (docs/http-api.md, "Delivery"): once a route
+that delivers durably (`delivery = "async"`, or `respond-after`) has
+answered 202, the signal is the node's. An attempt that certainly did not
+reach the upstream is retried from the record with backoff; past the
+deadline the record is `failed`, listed, and executes once when an operator
+redelivers it; an attempt that may have reached the upstream is in doubt and
+never retried. A real node in front of the counting test upstream, which is
+taken down (its port refuses connections) and brought back."""
+
+import json
+import time
+import unittest
+from urllib.parse import quote
+
+from harness import ForwardingCase, metric, wait_for
+
+# How long the upstream stays down in the main case (the issue's 10 s).
+OUTAGE = 10.0
+
+
+def config(url):
+    return """
+[admin]
+allow-unauthenticated-loopback=true
+[route.async]
+upstream="{url}"
+delivery="async"
+delivery-first-retry=200ms
+delivery-max-retry=1s
+delivery-deadline=60s
+upstream-connect-timeout=300ms
+[route.short]
+upstream="{url}"
+delivery="async"
+delivery-first-retry=100ms
+delivery-max-retry=200ms
+delivery-deadline=2s
+upstream-connect-timeout=300ms
+[route.early]
+upstream="{url}"
+respond-after=200ms
+delivery-first-retry=200ms
+delivery-max-retry=1s
+upstream-connect-timeout=300ms
+[route.doubt]
+upstream="{url}"
+delivery="async"
+delivery-first-retry=100ms
+delivery-max-retry=100ms
+upstream-timeout=300ms
+""".format(url=url)
+
+
+class DeliveryTest(ForwardingCase, unittest.TestCase):
+    def config(self, url):
+        return config(url)
+
+    def state(self, key, route):
+        status, rec = self.record(key, route)
+        return rec["state"] if status == 200 else None
+
+    def wait_state(self, key, route, state, bound=10):
+        self.assertTrue(wait_for(lambda: self.state(key, route) == state,
+                                 bound),
+                        "%s/%s never %s: %s" % (route, key, state,
+                                                self.record(key, route)))
+
+    def executed_once(self, keys, bound=15):
+        self.assertTrue(wait_for(lambda: all(self.up.executions(k) == 1
+                                             for k in keys), bound),
+                        {k: self.up.executions(k) for k in keys})
+
+    def test_a_signal_accepted_while_the_upstream_is_down_is_delivered_once(self):
+        keys = [self.key() for _ in range(5)]
+        self.up.refuse()
+        started = time.monotonic()
+        for k in keys:
+            status, _, body = self.post(k, "async")
+            self.assertEqual(status, 202, body)
+            self.assertEqual(json.loads(body)["status"], "in_progress")
+        for k in keys:
+            self.wait_state(k, "async", "queued")
+        # The sender retries meanwhile: a duplicate, nothing more.
+        status, headers, body = self.post(keys[0], "async")
+        self.assertEqual(status, 409, body)
+        self.assertIn("in-flight", json.loads(body)["type"])
+        # Down for the whole outage: the queue keeps trying, with backoff.
+        self.assertTrue(wait_for(
+            lambda: time.monotonic() - started >= OUTAGE
+            and self.record(keys[0], "async")[1]["attempts"] >= 4,
+            OUTAGE + 10))
+        self.assertEqual(self.up.counts()["total"], 0)
+        self.up.resume()
+        self.executed_once(keys)
+        for k in keys:
+            self.wait_state(k, "async", "completed")
+            status, _, body = self.post(k, "async")
+            self.assertEqual(status, 409, body)
+            self.assertEqual(json.loads(body)["original_status"], 200)
+        self.assertEqual([self.up.executions(k) for k in keys], [1] * 5)
+
+    def test_queued_signals_survive_a_restart_and_are_delivered_once(self):
+        keys = [self.key() for _ in range(3)]
+        self.up.refuse()
+        for k in keys:
+            self.assertEqual(self.post(k, "async")[0], 202)
+        for k in keys:
+            self.wait_state(k, "async", "queued")
+        self.assertEqual(self.node.stop(), 0)
+        self.up.resume()
+        self.node.start()
+        self.executed_once(keys)
+        for k in keys:
+            self.wait_state(k, "async", "completed")
+
+    def test_a_respond_after_route_keeps_what_it_answered_202(self):
+        k = self.key()
+        self.up.refuse()
+        status, _, body = self.post(k, "early")
+        # Not "not sent, retry": the node owns the signal now.
+        self.assertEqual(status, 202, body)
+        self.wait_state(k, "early", "queued")
+        self.up.resume()
+        self.executed_once([k])
+        self.wait_state(k, "early", "completed")
+
+    def test_past_its_deadline_a_signal_fails_and_an_operator_redelivers_it(self):
+        k = self.key()
+        self.up.refuse()
+        self.assertEqual(self.post(k, "short")[0], 202)
+        self.wait_state(k, "short", "failed", 10)
+        status, _, body = self.node.request(
+            "GET", "/v1/keys?route=short&state=failed")
+        self.assertEqual(status, 200, body)
+        self.assertEqual([r["key"] for r in json.loads(body)["records"]], [k])
+        self.assertEqual(metric(
+            self.node, 'oncegate_records{route="short",state="failed"}'), 1)
+        status, _, body = self.post(k, "short")
+        self.assertEqual(status, 409, body)
+        self.assertIn("/failed", json.loads(body)["type"])
+        self.up.resume()
+        # Nothing is sent by itself once failed.
+        self.assertEqual(self.up.executions(k), 0)
+        path = "/v1/keys/%s/redeliver?route=short" % quote(k, safe="")
+        status, _, body = self.node.request("POST", path)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["state"], "queued")
+        self.executed_once([k])
+        self.wait_state(k, "short", "completed")
+        # Only a failed record is redelivered.
+        status, _, body = self.node.request("POST", path)
+        self.assertEqual(status, 409, body)
+        self.assertEqual(self.up.executions(k), 1)
+
+    def test_an_attempt_that_may_have_arrived_is_in_doubt_never_retried(self):
+        k = self.key()
+        self.up.set_mode("slow", 5)  # past upstream-timeout: maybe sent
+        self.assertEqual(self.post(k, "doubt")[0], 202)
+        self.wait_state(k, "doubt", "in_doubt")
+        self.up.set_mode("normal")
+        # Ten retry intervals of this route (100 ms) pass: no attempt.
+        self.assertFalse(wait_for(lambda: self.up.executions(k) > 1, 1.0))
+        self.assertEqual(self.up.executions(k), 1)
+        self.assertEqual(self.state(k, "doubt"), "in_doubt")
+
+
+if __name__ == "__main__":
+    unittest.main()
