@@ -66,6 +66,10 @@ void forwarder::forward(forward_job job, settled_fn settled) {
   up.content_type = std::move(job.content_type);
   // Injective and a valid header value (see forwarded_key).
   up.idempotency_key = forwarded_key(job.key.value);
+  // The fence of a durable delivery's attempt: the term it was started in
+  // (a deposed leader's late attempt has a lower one) and its number.
+  if (job.attempt > 0)
+    up.attempt = std::to_string(job.term) + "." + std::to_string(job.attempt);
   auto target = job.target;
   upstream_->send(*target, std::move(up), [this, job = std::move(job),
                                            settled = std::move(settled)](

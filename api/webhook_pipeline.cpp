@@ -228,6 +228,7 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
       // claim carries what another attempt needs.
       job->attempt = 1;
       job->delivery = &route.delivery;
+      job->term = node_.delivery().term;
       claim.deliver_by_ms = now + route.delivery.deadline.count();
       claim.signal_type = job->content_type;
     }

@@ -232,6 +232,8 @@ public:
                                          : req.content_type);
     if (!req.idempotency_key.empty())
       msg.set("Idempotency-Key", req.idempotency_key);
+    if (!req.attempt.empty())
+      msg.set("Oncegate-Attempt", req.attempt);
     msg.keep_alive(true);
     msg.body() = std::move(req.body);
     msg.prepare_payload();

@@ -63,6 +63,10 @@ struct upstream_request {
   /// Sent as `Idempotency-Key` so an upstream that dedups by key is
   /// protected too.
   std::string idempotency_key;
+  /// Sent as `Oncegate-Attempt` when not empty: the attempt's fence
+  /// (`<term>.<n>`), so that an upstream can refuse an attempt older than
+  /// one it has seen.
+  std::string attempt;
 };
 
 /// What became of a forwarded request.

@@ -118,7 +118,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._reply(400, {"error": str(e)})
             return self._reply(200, {"mode": up.mode})
         key = self.headers.get("Idempotency-Key", "")
-        n = up.record(key, body)
+        n = up.record(key, body, self.headers.get("Oncegate-Attempt"))
         mode, delay, opts = up.mode, up.delay, dict(up.options)
         if mode == "slow":
             up.wait(delay)
@@ -224,6 +224,7 @@ class TestUpstream:
         self.options = {"interim": [], "status": 600, "split": False}
         self._lock = threading.Lock()
         self._counts = {}
+        self._attempts = {}
         self._total = 0
         self._connections = 0
         self._extras = 0
@@ -292,11 +293,19 @@ class TestUpstream:
         """Holds a slow request; `stop` or a mode change ends it early."""
         self._release.wait(delay)
 
-    def record(self, key, body):
+    def record(self, key, body, attempt=None):
         with self._lock:
             self._total += 1
             self._counts[key] = self._counts.get(key, 0) + 1
+            if attempt is not None:
+                self._attempts.setdefault(key, []).append(attempt)
             return self._counts[key]
+
+    def attempts(self, key):
+        """The `Oncegate-Attempt` fences (`term.n`) of the requests with
+        `key`, in arrival order."""
+        with self._lock:
+            return list(self._attempts.get(key, []))
 
     def connected(self):
         with self._lock:

@@ -5,7 +5,9 @@ reach the upstream is retried from the record with backoff; past the
 deadline the record is `failed`, listed, and executes once when an operator
 redelivers it; an attempt that may have reached the upstream is in doubt and
 never retried. A real node in front of the counting test upstream, which is
-taken down (its port refuses connections) and brought back."""
+taken down (its port refuses connections) and brought back; and a 3-node
+cluster whose leader is killed while signals are queued: the new leader
+delivers each once."""
 
 import json
 import time
@@ -13,6 +15,7 @@ import unittest
 from urllib.parse import quote
 
 from harness import ForwardingCase, metric, wait_for
+from test_cluster import ROUTE, Cluster, OwnClusterCase, with_logs
 
 # How long the upstream stays down in the main case (the issue's 10 s).
 OUTAGE = 10.0
@@ -94,6 +97,11 @@ class DeliveryTest(ForwardingCase, unittest.TestCase):
         self.executed_once(keys)
         for k in keys:
             self.wait_state(k, "async", "completed")
+            # A single node's fence: term 0, the attempt that got through.
+            fence = self.up.attempts(k)
+            self.assertEqual(len(fence), 1, fence)
+            self.assertEqual(fence[0], "0.%d" % self.record(k, "async")[1]
+                             ["attempts"], fence)
             status, _, body = self.post(k, "async")
             self.assertEqual(status, 409, body)
             self.assertEqual(json.loads(body)["original_status"], 200)
@@ -162,6 +170,81 @@ class DeliveryTest(ForwardingCase, unittest.TestCase):
         self.assertFalse(wait_for(lambda: self.up.executions(k) > 1, 1.0))
         self.assertEqual(self.up.executions(k), 1)
         self.assertEqual(self.state(k, "doubt"), "in_doubt")
+
+
+
+
+
+class DeliveryCluster(Cluster):
+    """test_cluster's 3-node cluster, its route delivering durably; the
+    retries 1.5-3 s apart (jitter), so that no attempt runs at a moment the
+    test picks right after all were seen queued."""
+
+    ROUTE_OPTIONS = ('delivery="async"\ndelivery-first-retry=3s\n'
+                     'delivery-max-retry=3s\nupstream-connect-timeout=300ms\n')
+
+    def ini_text(self, node_id, peer_ids, join=False):
+        text = super().ini_text(node_id, peer_ids, join)
+        line = 'upstream="%s"\n' % self.upstream_url
+        return text.replace(line, line + self.ROUTE_OPTIONS, 1)
+
+
+class ClusterDeliveryTest(OwnClusterCase):
+    def setUp(self):
+        super().setUp()
+        self.cluster = DeliveryCluster(self.tmp.path, self.up.url, peers=3)
+
+    def states(self, node_id, keys):
+        out = {}
+        for k in keys:
+            status, _, body = self.cluster.node(node_id).request(
+                "GET", "/v1/keys/%s?route=%s" % (quote(k, safe=""), ROUTE))
+            out[k] = json.loads(body)["state"] if status == 200 else None
+        return out
+
+    def all_in(self, node_id, keys, state, bound=10):
+        self.assertTrue(wait_for(
+            lambda: set(self.states(node_id, keys).values()) == {state},
+            bound), self.states(node_id, keys))
+
+    @with_logs
+    def test_queued_signals_are_delivered_once_after_a_leader_kill(self):
+        ids = [1, 2, 3]
+        lid = self.start_nodes(ids, ids)
+        follower = next(i for i in ids if i != lid)
+        keys = ["lk-%d" % n for n in range(5)]
+        self.up.refuse()
+        for k in keys:
+            status, _, body = self.post(follower, k)
+            self.assertEqual(status, 202, body)
+        # Every first attempt was not sent: all queued, none running when
+        # the leader dies.
+        self.all_in(lid, keys, "queued")
+        self.cluster.node(lid).kill()
+        survivors = [i for i in ids if i != lid]
+        new = self.cluster.wait_leader(survivors)
+        self.assertIn(new, survivors)
+        self.up.resume()
+        self.assertTrue(wait_for(
+            lambda: all(self.up.executions(k) == 1 for k in keys), 20),
+            {k: self.up.executions(k) for k in keys})
+        self.all_in(new, keys, "completed")
+        # The fence: each delivered attempt names the new leader's term and
+        # a later attempt than the first (not sent, under the old leader).
+        term = self.cluster.statuses([new])[new]["term"]
+        for k in keys:
+            fences = self.up.attempts(k)
+            self.assertEqual(len(fences), 1, fences)
+            t, n = (int(x) for x in fences[0].split("."))
+            self.assertEqual(t, term, fences)
+            self.assertGreaterEqual(n, 2, fences)
+        # The old leader, back, sends nothing again.
+        self.cluster.node(lid).start()
+        self.cluster.wait_ready(ids)
+        self.all_in(lid, keys, "completed")
+        self.assertEqual([self.up.executions(k) for k in keys], [1] * 5)
+        for i in ids:
+            self.assertEqual(self.cluster.node(i).stop(), 0, "node %d" % i)
 
 
 if __name__ == "__main__":
