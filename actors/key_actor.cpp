@@ -99,7 +99,7 @@ std::optional<claim_result> decide_cached(const key_state& st,
     *d, record{st.route, st.key, c.state, std::string{h.fingerprint},
                c.first_seen_ms, c.expires_at_ms, c.status, c.headers,
                c.response, std::string{}, 0, c.request_id, 0, 0, 0,
-               std::string{}}};
+               std::string{}, 0}};
 }
 
 key_actor::behavior_type key_impl(key_pointer self,

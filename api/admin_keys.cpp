@@ -37,6 +37,8 @@ std::string record_json(const record& rec) {
     // Durable delivery: how far it got, and until when it is tried.
     out += R"(,"attempts":)";
     out += std::to_string(rec.attempts);
+    out += R"(,"reconciles":)";
+    out += std::to_string(rec.reconciles);
     out += R"(,"deliver_by":")";
     out += format_timestamp(rec.deliver_by_ms);
     out += "\"";

@@ -28,7 +28,35 @@ std::string duration(const caf::config_value& value, milliseconds most,
 
 std::string apply_delivery_option(std::string_view key,
                                   const caf::config_value& value,
-                                  delivery_policy& p) {
+                                  delivery_policy& p, reconcile_policy& r) {
+  if (key == "reconcile") {
+    auto str = caf::get_if<std::string>(&value);
+    constexpr std::string_view placeholder = "{key}";
+    constexpr std::string_view marker = "oncegate-reconcile-key";
+    auto pos = str ? str->find(placeholder) : std::string::npos;
+    if (pos == std::string::npos
+        || str->find(placeholder, pos + 1) != std::string::npos)
+      return "expected a URL with {key} once in its path, e.g. "
+             "https://orders.internal/by-client-id/{key}";
+    auto url = *str;
+    url.replace(pos, placeholder.size(), marker);
+    auto target = parse_upstream_url(url);
+    auto at = target ? target->path.find(marker) : std::string::npos;
+    if (at == std::string::npos)
+      return "expected http://host[:port]/path or https://... with {key} in "
+             "the path";
+    r.path_prefix = target->path.substr(0, at);
+    r.path_suffix = target->path.substr(at + marker.size());
+    r.target = std::move(target);
+    return {};
+  }
+  if (key == "reconcile-attempts") {
+    auto num = caf::get_if<int64_t>(&value);
+    if (!num || *num < 1 || *num > 1000)
+      return "expected 1..1000";
+    r.attempts = static_cast<uint32_t>(*num);
+    return {};
+  }
   if (key == "delivery") {
     auto str = caf::get_if<std::string>(&value);
     if (str && *str == "sync")
@@ -54,6 +82,10 @@ std::string apply_delivery_option(std::string_view key,
     return duration(value, year, p.max_retry);
   if (key == "delivery-deadline")
     return duration(value, year, p.deadline);
+  if (key == "reconcile-after")
+    return duration(value, year, r.after);
+  if (key == "reconcile-interval")
+    return duration(value, year, r.interval);
   return "unknown delivery option";
 }
 

@@ -15,7 +15,11 @@
 #include <string>
 #include <string_view>
 
+#include <optional>
+
 #include <caf/config_value.hpp>
+
+#include "http/upstream_client.hpp"
 
 namespace oncegate::gateway {
 
@@ -51,16 +55,36 @@ struct delivery_policy {
   }
 };
 
+/// Settling in-doubt records by asking the upstream (`reconcile`): a GET of
+/// the route's reconcile URL with the key (as sent in `Idempotency-Key`,
+/// percent-encoded) in place of `{key}`. 200: the order exists, the record
+/// completes with that answer; 404: it certainly does not, the record is
+/// queued and delivered (once); anything else: asked again later, at most
+/// `attempts` times, then left to the operator.
+struct reconcile_policy {
+  /// Where to ask (scheme, host, port, TLS); its path is per key.
+  std::optional<upstream_target> target;
+  /// The path around `{key}`.
+  std::string path_prefix;
+  std::string path_suffix;
+  /// Wait after an attempt turned in doubt before asking: longer than the
+  /// upstream takes to act on a request that was still on its way.
+  std::chrono::milliseconds after{60000};
+  std::chrono::milliseconds interval{10000};
+  uint32_t attempts = 10;
+};
+
 /// The route options of a delivery policy (`[route.NAME]`).
 constexpr std::string_view delivery_option_keys[] = {
   "delivery", "delivery-first-retry", "delivery-backoff",
-  "delivery-max-retry", "delivery-deadline"};
+  "delivery-max-retry", "delivery-deadline", "reconcile", "reconcile-after",
+  "reconcile-interval", "reconcile-attempts"};
 
-/// Applies route option `key` (one of `delivery_option_keys`) to `p`;
-/// returns what is wrong with `value`, empty if nothing.
+/// Applies route option `key` (one of `delivery_option_keys`) to `p` and
+/// `r`; returns what is wrong with `value`, empty if nothing.
 std::string apply_delivery_option(std::string_view key,
                                   const caf::config_value& value,
-                                  delivery_policy& p);
+                                  delivery_policy& p, reconcile_policy& r);
 
 /// Completes a route's policy once all its options are read (`durable`
 /// follows from `delivery = "async"` or a `respond_after`); returns what is

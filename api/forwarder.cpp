@@ -103,6 +103,11 @@ void forwarder::after(std::chrono::milliseconds delay,
   upstream_->after(delay, std::move(fn));
 }
 
+void forwarder::ask(const upstream_target& target, upstream_request req,
+                    std::function<void(upstream_result)> done) {
+  upstream_->send(target, std::move(req), std::move(done));
+}
+
 void forwarder::recorded() {
   std::lock_guard<std::mutex> guard{mtx_};
   if (--running_ == 0)

@@ -98,6 +98,11 @@ public:
   /// Runs `fn` after `delay` on the upstream client's thread.
   void after(std::chrono::milliseconds delay, std::function<void()> fn);
 
+  /// Sends `req` to `target` and hands back what became of it, recording
+  /// nothing (a reconciliation's question).
+  void ask(const upstream_target& target, upstream_request req,
+           std::function<void(upstream_result)> done);
+
   /// Forwards started and not yet recorded (their outcome durable).
   std::size_t in_flight() const;
 

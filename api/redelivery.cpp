@@ -1,9 +1,11 @@
 #include "api/redelivery.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <random>
 #include <utility>
 
+#include "api/idempotency_key.hpp"
 #include "common/logging.hpp"
 
 namespace oncegate::gateway {
@@ -51,6 +53,7 @@ void redelivery::tick() {
     schedule(opts_.idle_sleep);
     return;
   }
+  reconcile_pass(turn);
   node_.due(now_(), opts_.batch, [this, turn](reply<delivery_queue> rep) {
     // Back on the upstream client's thread: busy_ is touched there only.
     auto shared = std::make_shared<reply<delivery_queue>>(std::move(rep));
@@ -163,6 +166,122 @@ void redelivery::attempt(record rec, const route_config& route,
                  [this, routing] { finished(routing); });
     });
   });
+}
+
+namespace {
+
+// RFC 3986 unreserved characters stay, everything else is %XX.
+std::string percent_encode(const std::string& x) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : x) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+void redelivery::reconcile_pass(node_service::delivery_turn turn) {
+  for (auto& route : routes_.routes) {
+    if (!route.reconcile.target || !route.upstream)
+      continue;
+    auto& after = reconcile_after_[route.name];
+    node_.list(route.name, record_state::in_doubt, after, opts_.batch,
+               [this, turn, name = route.name](reply<record_page> rep) {
+                 auto shared = std::make_shared<reply<record_page>>(
+                   std::move(rep));
+                 fwd_.after(std::chrono::milliseconds(0), [this, turn, name,
+                                                           shared] {
+                   if (stopped_ || !shared->ok)
+                     return;
+                   auto route = routes_.by_name(name);
+                   if (route == nullptr)
+                     return;
+                   reconcile_after_[name] = shared->value.next_after;
+                   for (auto& rec : shared->value.records)
+                     reconcile(std::move(rec), *route, turn);
+                 });
+               });
+  }
+}
+
+void redelivery::reconcile(record rec, const route_config& route,
+                           node_service::delivery_turn turn) {
+  auto& policy = route.reconcile;
+  auto now = now_();
+  // The first question waits `after` from the attempt's start (a request
+  // still on its way lands first); later ones come when the last said.
+  auto due = rec.reconciles == 0
+               ? std::max(rec.first_seen_ms, rec.next_attempt_ms)
+                   + policy.after.count()
+               : rec.next_attempt_ms;
+  if (now < due || rec.reconciles >= policy.attempts
+      || running_ >= opts_.max_running)
+    return;
+  auto routing = routing_key(rec.route, rec.key);
+  if (busy_.count(routing) != 0)
+    return;
+  busy_.insert(routing);
+  ++running_;
+  upstream_request req;
+  req.get = true;
+  req.path = policy.path_prefix + percent_encode(forwarded_key(rec.key))
+             + policy.path_suffix;
+  req.idempotency_key = forwarded_key(rec.key);
+  req.attempt = std::to_string(turn.term) + "." + std::to_string(rec.attempts);
+  log::gateway()->info("delivery.reconcile route={} attempt={} asked={}",
+                       rec.route, rec.attempts, rec.reconciles + 1);
+  auto shared = std::make_shared<record>(std::move(rec));
+  fwd_.ask(*policy.target, std::move(req),
+           [this, shared, name = route.name, routing](upstream_result res) {
+             auto route = routes_.by_name(name);
+             if (route != nullptr)
+               settle(*shared, *route, res);
+             fwd_.after(std::chrono::milliseconds(0),
+                        [this, routing] { finished(routing); });
+           });
+}
+
+void redelivery::settle(const record& rec, const route_config& route,
+                        const upstream_result& res) {
+  auto now = now_();
+  record_update upd;
+  upd.route = rec.route;
+  upd.key = rec.key;
+  upd.first_seen_ms = rec.first_seen_ms;
+  const char* verdict = "unknown";
+  if (res.outcome == upstream_result::kind::response && res.status == 200) {
+    // The order exists: its answer is the outcome, nothing is sent again.
+    verdict = "found";
+    upd.op = transition::complete;
+    upd.status = 200;
+    upd.headers = res.content_type.empty()
+                    ? std::string{}
+                    : "Content-Type: " + res.content_type;
+    upd.response = res.body;
+  } else if (res.outcome == upstream_result::kind::response
+             && res.status == 404) {
+    // It certainly does not: deliver it now, once, through the queue.
+    verdict = "absent";
+    upd.op = transition::requeue;
+    upd.now_ms = now;
+    upd.deliver_by_ms = now + route.delivery.deadline.count();
+  } else {
+    upd.op = transition::reconcile_wait;
+    upd.now_ms = now;
+    upd.next_attempt_ms = now + route.reconcile.interval.count();
+  }
+  log::gateway()->info("delivery.reconciled route={} verdict={} status={} "
+                       "error={}",
+                       rec.route, verdict, res.status, res.error);
+  node_.update(std::move(upd), [](reply<update_result>) {});
 }
 
 void redelivery::finished(const std::string& routing) {

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "api/forwarder.hpp"
@@ -79,6 +80,12 @@ private:
   void attempt(record rec, const route_config& route,
                node_service::delivery_turn turn);
   void finished(const std::string& routing);
+  // Reconciliation of in-doubt records (routes with `reconcile`).
+  void reconcile_pass(node_service::delivery_turn turn);
+  void reconcile(record rec, const route_config& route,
+                 node_service::delivery_turn turn);
+  void settle(const record& rec, const route_config& route,
+              const upstream_result& res);
 
   node_service& node_;
   forwarder& fwd_;
@@ -92,6 +99,8 @@ private:
   /// Keys (routing_key) whose attempt this node is starting or running:
   /// never two at once (the store's fence would refuse the second anyway).
   std::unordered_set<std::string> busy_;
+  /// Per route: the key after which the next reconcile pass lists.
+  std::unordered_map<std::string, std::string> reconcile_after_;
 };
 
 } // namespace oncegate::gateway

@@ -252,9 +252,11 @@ public:
         if (!num || *num < 1 || *num > 16 * 1024 * 1024)
           return fail(name, key, "expected 1..16777216 (bytes)");
         max_response_ = static_cast<std::size_t>(*num);
-      } else if (key.rfind("delivery", 0) == 0) {
+      } else if (key.rfind("delivery", 0) == 0
+                 || key.rfind("reconcile", 0) == 0) {
         delivery_set_ = true;
-        if (auto why = apply_delivery_option(key, value, r.delivery);
+        if (auto why = apply_delivery_option(key, value, r.delivery,
+                                             r.reconcile);
             !why.empty())
           return fail(name, key, why);
       } else {
@@ -297,6 +299,9 @@ public:
                                           r.respond_after, delivery_set_);
         !why.empty())
       return fail(name, "delivery", why);
+    // An https reconcile URL is verified with the upstream's TLS files.
+    if (r.reconcile.target && !tls_attached(name, *r.reconcile.target))
+      return false;
     return finish(name, r);
   }
 

@@ -49,6 +49,8 @@ struct route_config {
   std::chrono::milliseconds respond_after{0};
   /// Once or durably (`delivery*` options; durable with `respond-after`).
   delivery_policy delivery;
+  /// Settling in-doubt records by asking the upstream (`reconcile*`).
+  reconcile_policy reconcile;
 };
 
 /// Defaults that routes inherit from the node's options.

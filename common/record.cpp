@@ -22,9 +22,9 @@ const char* to_string(decision x) {
 }
 
 constexpr const char* transition_names[] = {
-  "complete", "release",       "in_doubt", "release_settled",
-  "defer",    "start_attempt", "fail",     "redeliver"};
-static_assert(enum_table_covers(transition::redeliver, transition_names));
+  "complete", "release",       "in_doubt", "release_settled", "defer",
+  "start_attempt", "fail",     "redeliver", "requeue", "reconcile_wait"};
+static_assert(enum_table_covers(transition::reconcile_wait, transition_names));
 
 const char* to_string(transition x) {
   return enum_text(x, transition_names);
@@ -126,7 +126,8 @@ const char* malformed(const claim_request& req) {
 const char* malformed(const record_update& upd) {
   if (auto why = malformed_key(upd.route, upd.key))
     return why;
-  if (static_cast<uint8_t>(upd.op) > static_cast<uint8_t>(transition::redeliver))
+  if (static_cast<uint8_t>(upd.op)
+      > static_cast<uint8_t>(transition::reconcile_wait))
     return "transition";
   if (upd.now_ms < 0 || upd.next_attempt_ms < 0 || upd.deliver_by_ms < 0)
     return "time";
@@ -148,6 +149,14 @@ const char* malformed(const record_update& upd) {
     case transition::redeliver:
       if (upd.now_ms == 0 || upd.deliver_by_ms <= upd.now_ms)
         return "delivery deadline";
+      break;
+    case transition::requeue:
+      if (upd.now_ms == 0)
+        return "time";
+      break;
+    case transition::reconcile_wait:
+      if (upd.now_ms == 0 || upd.next_attempt_ms <= upd.now_ms)
+        return "time";
       break;
     default:
       break;

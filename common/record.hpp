@@ -101,6 +101,10 @@ struct record {
   int64_t deliver_by_ms = 0;
   /// The request's Content-Type, to send the signal again.
   std::string signal_type;
+  /// Reconciliation of an in-doubt record (a route with `reconcile`): how
+  /// often the upstream was asked without a verdict; `next_attempt_ms` is
+  /// then when it may be asked again.
+  uint32_t reconciles = 0;
 };
 
 template <class Inspector>
@@ -108,7 +112,8 @@ typename Inspector::result_type inspect(Inspector& f, record& x) {
   return f(caf::meta::type_name("record"), x.route, x.key, x.state,
            x.fingerprint, x.first_seen_ms, x.expires_at_ms, x.status,
            x.headers, x.response, x.signal, x.owner, x.request_id,
-           x.attempts, x.next_attempt_ms, x.deliver_by_ms, x.signal_type);
+           x.attempts, x.next_attempt_ms, x.deliver_by_ms, x.signal_type,
+           x.reconciles);
 }
 
 /// The one expiry rule: a record in `state` with `expires_at_ms` is still
@@ -262,6 +267,13 @@ enum class transition : uint8_t {
   /// failed -> queued, due at `now_ms`, with the new deadline
   /// `deliver_by_ms`. An operator's redelivery.
   redeliver = 7,
+  /// in_doubt -> queued, due at `now_ms`: the upstream, asked by the
+  /// record's reconcile URL, answered that it does not have the order.
+  /// (Found: `complete` with its answer.)
+  requeue = 8,
+  /// in_doubt stays, asked again at `next_attempt_ms`: no verdict from the
+  /// upstream (`reconciles` counts these).
+  reconcile_wait = 9,
 };
 
 const char* to_string(transition x);

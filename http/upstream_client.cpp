@@ -222,14 +222,15 @@ public:
       done_(std::move(done)),
       resolver_(owner.ioc) {
     http::request<http::string_body> msg;
-    msg.method(http::verb::post);
-    msg.target(target.path);
+    msg.method(req.get ? http::verb::get : http::verb::post);
+    msg.target(req.get ? req.path : target.path);
     msg.version(11);
     msg.set(http::field::host, host_header(target));
     msg.set(http::field::user_agent, "oncegate");
-    msg.set(http::field::content_type, req.content_type.empty()
-                                         ? std::string{"application/json"}
-                                         : req.content_type);
+    if (!req.get)
+      msg.set(http::field::content_type, req.content_type.empty()
+                                           ? std::string{"application/json"}
+                                           : req.content_type);
     if (!req.idempotency_key.empty())
       msg.set("Idempotency-Key", req.idempotency_key);
     if (!req.attempt.empty())

@@ -63,6 +63,10 @@ struct upstream_request {
   /// Sent as `Idempotency-Key` so an upstream that dedups by key is
   /// protected too.
   std::string idempotency_key;
+  /// A `GET` of `path` (a reconciliation: does the upstream have the
+  /// order?) instead of a `POST` of the body to the target's path.
+  bool get = false;
+  std::string path;
   /// Sent as `Oncegate-Attempt` when not empty: the attempt's fence
   /// (`<term>.<n>`), so that an upstream can refuse an attempt older than
   /// one it has seen.

@@ -246,7 +246,8 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
         cmd.type = command::kind::update;
         auto& u = cmd.update;
         uint8_t op = 0;
-        auto last = v4 ? transition::redeliver : transition::release_settled;
+        auto last
+          = v4 ? transition::reconcile_wait : transition::release_settled;
         ok = r.str(u.route) && r.str(u.key) && r.u8(op)
              && op <= static_cast<uint8_t>(last) && r.i64(u.first_seen_ms)
              && r.u16(u.status) && r.str(u.headers) && r.str(u.response)

@@ -36,6 +36,7 @@ record sqlite_store::impl::read_record(sqlite3_stmt* st,
   rec.next_attempt_ms = sqlite3_column_int64(st, 11);
   rec.deliver_by_ms = sqlite3_column_int64(st, 12);
   rec.signal_type = column_blob(st, 13);
+  rec.reconciles = static_cast<uint32_t>(sqlite3_column_int64(st, 14));
   return rec;
 }
 
@@ -60,6 +61,7 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
     sqlite3_bind_int64(st, 14, rec.next_attempt_ms);
     sqlite3_bind_int64(st, 15, rec.deliver_by_ms);
     bind_blob(st, 16, rec.signal_type);
+    sqlite3_bind_int64(st, 17, rec.reconciles);
   };
   // Writes `result.rec` with statement `id` (the changes stay readable
   // after the guard reset it).
@@ -137,8 +139,9 @@ caf::expected<update_result> sqlite_store::update(const record_update& upd,
   // cast from an untrusted integer) changes nothing.
   static constexpr stmt_id by_transition[] = {
     stmt_complete, stmt_release,       stmt_mark_in_doubt, stmt_release_settled,
-    stmt_defer,    stmt_start_attempt, stmt_fail,          stmt_redeliver};
-  static_assert(enum_table_covers(transition::redeliver, by_transition));
+    stmt_defer,    stmt_start_attempt, stmt_fail,          stmt_redeliver,
+    stmt_requeue,  stmt_reconcile_wait};
+  static_assert(enum_table_covers(transition::reconcile_wait, by_transition));
   auto op = static_cast<uint8_t>(upd.op);
   if (op >= std::size(by_transition))
     return make_error(errc::invalid_argument, "unknown transition");
@@ -181,6 +184,13 @@ caf::expected<update_result> sqlite_store::update(const record_update& upd,
         sqlite3_bind_int64(st, 4, upd.deliver_by_ms);
         sqlite3_bind_int64(st, 5, at);
         break;
+      case transition::requeue:
+        sqlite3_bind_int64(st, 4, at);
+        sqlite3_bind_int64(st, 5, upd.deliver_by_ms);
+        break;
+      case transition::reconcile_wait:
+        sqlite3_bind_int64(st, 4, upd.next_attempt_ms);
+        break;
       default:
         sqlite3_bind_int64(st, 4, static_cast<int64_t>(upd.request_id));
         break;
@@ -214,7 +224,7 @@ caf::expected<record_page> sqlite_store::list(const std::string& route,
       break;
     if (rc != SQLITE_ROW)
       return sqlite_error(impl_->db, "list records");
-    auto key = column_blob(st, 14);
+    auto key = column_blob(st, 15);
     if (page.records.size() == limit) {
       page.next_after = page.records.back().key;
       break;
@@ -290,8 +300,8 @@ caf::expected<std::vector<record>> sqlite_store::due(int64_t now_ms,
       return out;
     if (rc != SQLITE_ROW)
       return sqlite_error(impl_->db, "due records");
-    out.push_back(impl::read_record(st, column_blob(st, 14),
-                                    column_blob(st, 15)));
+    out.push_back(impl::read_record(st, column_blob(st, 15),
+                                    column_blob(st, 16)));
   }
 }
 

@@ -48,11 +48,13 @@ const char* const migrations[] = {
   "CREATE INDEX records_expiry ON records(expires_at_ms) WHERE state = 1;",
   // 4 -> 5: durable delivery: attempts, the next attempt's time (queued) or
   // the running one's start (in flight), the delivery deadline, the
-  // request's Content-Type; the queue of due records (queued = 3).
+  // request's Content-Type, the count of reconciliations without a verdict;
+  // the queue of due records (queued = 3).
   "ALTER TABLE records ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;"
   "ALTER TABLE records ADD COLUMN next_attempt_ms INTEGER NOT NULL DEFAULT 0;"
   "ALTER TABLE records ADD COLUMN deliver_by_ms INTEGER NOT NULL DEFAULT 0;"
   "ALTER TABLE records ADD COLUMN signal_type BLOB NOT NULL DEFAULT x'';"
+  "ALTER TABLE records ADD COLUMN reconciles INTEGER NOT NULL DEFAULT 0;"
   "CREATE INDEX records_due ON records(next_attempt_ms) WHERE state = 3;",
 };
 
@@ -79,23 +81,23 @@ const char* const statements[stmt_count_ids] = {
   // stmt_select_record
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
   "       response, signal, headers, owner, request_id, attempts,"
-  "       next_attempt_ms, deliver_by_ms, signal_type"
+  "       next_attempt_ms, deliver_by_ms, signal_type, reconciles"
   "  FROM records WHERE route = ?1 AND key = ?2",
   // stmt_insert_new: most claims are for new keys; one statement decides
   // them (a conflict changes nothing and falls back to reading the row).
   "INSERT INTO records(route, key, state, fingerprint, first_seen_ms,"
   "  expires_at_ms, status, response, signal, headers, owner, request_id,"
-  "  attempts, next_attempt_ms, deliver_by_ms, signal_type)"
+  "  attempts, next_attempt_ms, deliver_by_ms, signal_type, reconciles)"
   "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
-  "         ?15, ?16)"
+  "         ?15, ?16, ?17)"
   "  ON CONFLICT(route, key) DO NOTHING",
   // stmt_upsert_record
   "INSERT OR REPLACE INTO records(route, key, state, fingerprint,"
   "  first_seen_ms, expires_at_ms, status, response, signal, headers,"
   "  owner, request_id, attempts, next_attempt_ms, deliver_by_ms,"
-  "  signal_type)"
+  "  signal_type, reconciles)"
   "  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
-  "         ?15, ?16)",
+  "         ?15, ?16, ?17)",
   // stmt_complete: from in_flight (0) or in_doubt (2) to completed (1).
   // A completion that comes late (an in-doubt record settled after its TTL)
   // still protects the key for a whole TTL from now (?8): otherwise the
@@ -121,7 +123,7 @@ const char* const statements[stmt_count_ids] = {
   // the unsettled states it lists).
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
   "       response, signal, headers, owner, request_id, attempts,"
-  "       next_attempt_ms, deliver_by_ms, signal_type, key"
+  "       next_attempt_ms, deliver_by_ms, signal_type, reconciles, key"
   "  FROM records WHERE route = ?1 AND state = ?2 AND key > ?3"
   "    AND state != 1"
   "  ORDER BY key LIMIT ?4",
@@ -183,11 +185,24 @@ const char* const statements[stmt_count_ids] = {
   // stmt_due: the queue through its index, earliest first.
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
   "       response, signal, headers, owner, request_id, attempts,"
-  "       next_attempt_ms, deliver_by_ms, signal_type, route, key"
+  "       next_attempt_ms, deliver_by_ms, signal_type, reconciles, route, key"
   "  FROM records WHERE state = 3 AND next_attempt_ms <= ?1"
   "  ORDER BY next_attempt_ms LIMIT ?2",
   // stmt_next_delivery
   "SELECT MIN(next_attempt_ms) FROM records WHERE state = 3",
+  // stmt_requeue: in_doubt (2) -> queued (3), due at ?4: the upstream said
+  // it does not have the order. A new deadline from then (?5) if it had
+  // none (a record of a route that delivered once).
+  "UPDATE records SET state = 3, next_attempt_ms = ?4,"
+  "  deliver_by_ms = CASE WHEN deliver_by_ms > ?4 THEN deliver_by_ms"
+  "                  ELSE ?5 END"
+  "  WHERE route = ?1 AND key = ?2 AND state = 2"
+  "    AND (?3 = 0 OR first_seen_ms = ?3) AND ?5 > ?4",
+  // stmt_reconcile_wait: in_doubt (2) stays; asked again at ?4; one more
+  // reconciliation without a verdict.
+  "UPDATE records SET next_attempt_ms = ?4, reconciles = reconciles + 1"
+  "  WHERE route = ?1 AND key = ?2 AND state = 2"
+  "    AND (?3 = 0 OR first_seen_ms = ?3)",
 };
 
 caf::error sqlite_error(sqlite3* db, const char* what) {

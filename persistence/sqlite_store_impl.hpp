@@ -49,6 +49,8 @@ enum stmt_id : size_t {
   stmt_redeliver,
   stmt_due,
   stmt_next_delivery,
+  stmt_requeue,
+  stmt_reconcile_wait,
   stmt_count_ids, // number of statements
 };
 

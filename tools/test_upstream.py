@@ -22,9 +22,14 @@ drop (close without answering), and the misbehaving ones:
 - close: the answer carries `Connection: close` and the connection closes;
 - bogus-status: the answer's status line says `status` (default 600; 99 is
   sent as `099`), which is no HTTP status;
+- blackhole: reads the request, never counts nor answers it, and closes the
+  connection after `delay` (a request lost before it was executed);
 - extra: after the answer, an unsolicited second response on the kept-alive
   connection, in the same write (`split` false) or in a later one (`split`
   true); `extras()` counts the ones written.
+
+`GET /by-key/KEY` answers 200 with the order if KEY executed here, else 404
+(500 in mode error): what a reconcile URL asks.
 
 `counts()` and `/_counts` also report `connections`, the connections
 accepted (a client that pools connections opens fewer than it sends).
@@ -44,6 +49,7 @@ import socket
 import ssl
 import sys
 import threading
+from urllib.parse import unquote
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_DELAY = 60.0
@@ -51,7 +57,7 @@ MAX_DELAY = 60.0
 # only this long.
 HANDSHAKE_TIMEOUT = 10.0
 MODES = ("normal", "slow", "error", "drop", "early-hints", "close",
-         "bogus-status", "extra")
+         "bogus-status", "extra", "blackhole")
 DEFAULT_INTERIM = {"early-hints": [100, 103]}
 INTERIM_REASONS = {100: "Continue", 101: "Switching Protocols",
                    102: "Processing", 103: "Early Hints"}
@@ -102,6 +108,14 @@ class _Handler(BaseHTTPRequestHandler):
         up = self.server.upstream
         if self.path == "/_counts":
             return self._reply(200, up.counts())
+        if self.path.startswith("/by-key/"):
+            # Reconciliation: 200 with the order if this key executed here.
+            key = unquote(self.path[len("/by-key/"):])
+            if up.mode == "error":
+                return self._reply(500, {"error": "upstream failure"})
+            if up.executions(key) > 0:
+                return self._reply(200, {"order": "accepted", "key": key})
+            return self._reply(404, {"error": "no such order", "key": key})
         self._reply(404, {"error": "not found"})
 
     def do_POST(self):
@@ -118,8 +132,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._reply(400, {"error": str(e)})
             return self._reply(200, {"mode": up.mode})
         key = self.headers.get("Idempotency-Key", "")
-        n = up.record(key, body, self.headers.get("Oncegate-Attempt"))
         mode, delay, opts = up.mode, up.delay, dict(up.options)
+        if mode == "blackhole":
+            # Lost before it was executed: never counted, never answered.
+            up.wait(delay)
+            self.close_connection = True
+            return
+        n = up.record(key, body, self.headers.get("Oncegate-Attempt"))
         if mode == "slow":
             up.wait(delay)
         if mode == "drop":
@@ -284,7 +303,7 @@ class TestUpstream:
                         "split": bool(split)}
         self.mode = mode
         self.delay = min(float(delay or 0), MAX_DELAY)
-        if mode != "slow":
+        if mode not in ("slow", "blackhole"):
             self._release.set()
         else:
             self._release.clear()

@@ -404,6 +404,7 @@ CAF_TEST(a version 4 database is migrated with its records) {
              "ALTER TABLE records DROP COLUMN next_attempt_ms;"
              "ALTER TABLE records DROP COLUMN deliver_by_ms;"
              "ALTER TABLE records DROP COLUMN signal_type;"
+             "ALTER TABLE records DROP COLUMN reconciles;"
              "UPDATE meta SET value = 4 WHERE name = 'schema_version';"
              "INSERT INTO records(route, key, state, fingerprint,"
              "  first_seen_ms, expires_at_ms, status, response, signal,"
@@ -425,6 +426,58 @@ CAF_TEST(a version 4 database is migrated with its records) {
   auto next = (*db4)->next_delivery();
   CAF_REQUIRE(next);
   CAF_CHECK_EQUAL(*next, -1);
+}
+
+CAF_TEST(reconciliation settles an in doubt record either way) {
+  claim(durable_claim("found"));
+  claim(durable_claim("absent"));
+  for (auto key : {"found", "absent"}) {
+    record_update doubt;
+    doubt.route = "default";
+    doubt.key = key;
+    doubt.op = transition::in_doubt;
+    doubt.first_seen_ms = t0;
+    CAF_CHECK(update(doubt).applied);
+  }
+  // No verdict: stays in doubt, asked again later, counted.
+  record_update wait;
+  wait.route = "default";
+  wait.key = "absent";
+  wait.op = transition::reconcile_wait;
+  wait.first_seen_ms = t0;
+  wait.now_ms = t0 + 100;
+  wait.next_attempt_ms = t0 + 5000;
+  CAF_CHECK(update(wait).applied);
+  auto rec = load("absent");
+  CAF_CHECK_EQUAL(rec.state, record_state::in_doubt);
+  CAF_CHECK_EQUAL(rec.reconciles, 1u);
+  CAF_CHECK_EQUAL(rec.next_attempt_ms, t0 + 5000);
+  // The upstream does not have it: queued, due now, delivered once.
+  record_update again;
+  again.route = "default";
+  again.key = "absent";
+  again.op = transition::requeue;
+  again.first_seen_ms = t0;
+  again.now_ms = t0 + 6000;
+  again.deliver_by_ms = t0 + 66'000;
+  CAF_CHECK(update(again).applied);
+  CAF_CHECK_EQUAL(load("absent").state, record_state::queued);
+  CAF_CHECK_EQUAL(due_keys(t0 + 6000), std::vector<std::string>{"absent"});
+  // Only an in-doubt record is requeued.
+  CAF_CHECK(!update(again).applied);
+  // The upstream has it: completed with its answer, never sent again.
+  record_update done;
+  done.route = "default";
+  done.key = "found";
+  done.op = transition::complete;
+  done.first_seen_ms = t0;
+  done.status = 200;
+  done.response = "{\"order\":\"filled\"}";
+  CAF_CHECK(update(done).applied);
+  CAF_CHECK_EQUAL(load("found").state, record_state::completed);
+  auto requeue_found = again;
+  requeue_found.key = "found";
+  CAF_CHECK(!update(requeue_found).applied);
 }
 
 CAF_TEST(malformed delivery updates and claims are refused) {

@@ -4,7 +4,8 @@ answered 202, the signal is the node's. An attempt that certainly did not
 reach the upstream is retried from the record with backoff; past the
 deadline the record is `failed`, listed, and executes once when an operator
 redelivers it; an attempt that may have reached the upstream is in doubt and
-never retried. A real node in front of the counting test upstream, which is
+never retried, unless the route's reconcile URL settles it: found ->
+completed with that answer, absent -> delivered once. A real node in front of the counting test upstream, which is
 taken down (its port refuses connections) and brought back; and a 3-node
 cluster whose leader is killed while signals are queued: the new leader
 delivers each once."""
@@ -51,7 +52,15 @@ delivery="async"
 delivery-first-retry=100ms
 delivery-max-retry=100ms
 upstream-timeout=300ms
-""".format(url=url)
+[route.settle]
+upstream="{url}"
+delivery="async"
+upstream-timeout=300ms
+reconcile="{base}/by-key/{{key}}"
+reconcile-after=500ms
+reconcile-interval=200ms
+reconcile-attempts=20
+""".format(url=url, base=url.rsplit("/", 1)[0])
 
 
 class DeliveryTest(ForwardingCase, unittest.TestCase):
@@ -159,6 +168,42 @@ class DeliveryTest(ForwardingCase, unittest.TestCase):
         status, _, body = self.node.request("POST", path)
         self.assertEqual(status, 409, body)
         self.assertEqual(self.up.executions(k), 1)
+
+    def test_reconciliation_completes_an_order_the_upstream_has(self):
+        k = self.key()
+        self.up.set_mode("slow", 3)  # executed, answered too late
+        self.assertEqual(self.post(k, "settle")[0], 202)
+        self.wait_state(k, "settle", "in_doubt")
+        self.up.set_mode("normal")
+        # The reconcile URL says it exists: completed with that answer.
+        self.wait_state(k, "settle", "completed")
+        _, rec = self.record(k, "settle")
+        self.assertEqual(rec["status"], 200)
+        self.assertEqual(json.loads(rec["response"])["key"], k)
+        self.assertEqual(self.up.executions(k), 1)
+        status, _, body = self.post(k, "settle")
+        self.assertEqual(status, 409, body)
+        self.assertEqual(self.up.executions(k), 1)
+
+    def test_reconciliation_delivers_once_an_order_the_upstream_lacks(self):
+        k = self.key()
+        self.up.set_mode("blackhole", 3)  # lost before it executed
+        self.assertEqual(self.post(k, "settle")[0], 202)
+        self.wait_state(k, "settle", "in_doubt")
+        # While the reconcile URL fails, the key stays in doubt.
+        self.up.set_mode("error")
+        self.assertTrue(wait_for(
+            lambda: self.record(k, "settle")[1]["reconciles"] >= 2, 10),
+            self.record(k, "settle"))
+        self.assertEqual(self.state(k, "settle"), "in_doubt")
+        self.assertEqual(self.up.executions(k), 0)
+        self.up.set_mode("normal")
+        # Then it says "no such order": queued, delivered, once.
+        self.executed_once([k])
+        self.wait_state(k, "settle", "completed")
+        fences = self.up.attempts(k)
+        self.assertEqual(len(fences), 1, fences)
+        self.assertEqual(fences[0], "0.2", fences)
 
     def test_an_attempt_that_may_have_arrived_is_in_doubt_never_retried(self):
         k = self.key()
