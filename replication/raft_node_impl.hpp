@@ -83,6 +83,9 @@ struct raft_node::impl {
   uint64_t configuration_index = ~uint64_t{0};
   bool lost = false;
   bool closing = false;
+  /// Stopping, waiting for libraft's writes before raft_close (since when).
+  bool close_pending = false;
+  std::chrono::steady_clock::time_point close_asked;
   /// Per follower: the replicated index it was last seen at while behind,
   /// and since when (see `raft_node_options::repair_after_ms`).
   struct lag {
@@ -110,6 +113,9 @@ struct raft_node::impl {
   /// Runs the work other threads posted; closes when asked to stop.
   void drain();
   void close();
+  /// Closes once libraft has stored everything it holds (or a bound
+  /// passed); until then asked again on every loop turn.
+  void close_when_stored();
   /// Reads libraft's state; publishes and reports changes.
   void refresh();
   void do_propose(std::string& entry, proposal_done& done);

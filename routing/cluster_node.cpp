@@ -442,8 +442,6 @@ caf::behavior front_impl(front_pointer self, node local,
 void cluster_node::shutdown() {
   local.shutdown();
   caf::anon_send_exit(front, caf::exit_reason::user_shutdown);
-  if (tls_sweeper)
-    caf::anon_send_exit(tls_sweeper, caf::exit_reason::user_shutdown);
 }
 
 caf::error prepare_peer_tls(caf::actor_system_config& cfg,
@@ -590,9 +588,6 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   result->links = std::make_shared<peer_links>(sys, copts.peers,
                                                copts.remote_timeout,
                                                copts.raft.tls.has_value());
-  if (copts.raft.tls)
-    result->tls_sweeper = tls::start_handshake_sweeper(
-      sys, std::chrono::milliseconds(200));
   result->front = sys.spawn(front_impl, result->local, result->raft,
                             result->links, copts,
                             std::max(*log_clock + 1, now()),

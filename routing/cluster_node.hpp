@@ -106,8 +106,6 @@ public:
   std::shared_ptr<std::atomic<uint64_t>> refused_messages
     = std::make_shared<std::atomic<uint64_t>>(0);
   uint16_t front_port = 0;
-  /// With TLS: paces pending handshakes (tls::start_handshake_sweeper).
-  caf::actor tls_sweeper;
   cluster_options opts;
 
   /// Stops the alarm, registries, store and front; then Raft.

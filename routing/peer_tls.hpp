@@ -28,7 +28,7 @@
 // How: libcaf_openssl.so calls OpenSSL through the PLT, so the executable
 // defines SSL_CTX_set_verify, SSL_CTX_use_certificate_chain_file,
 // SSL_CTX_use_PrivateKey_file, SSL_connect, SSL_accept, SSL_read and
-// SSL_write (and libcaf_io's calls of epoll_ctl and
+// SSL_write (and libcaf_io's calls of accept, epoll_ctl, epoll_wait and
 // node_id::default_data::local); the dynamic
 // linker binds libcaf_openssl's calls to them, and they forward to libssl
 // (dlsym RTLD_NEXT). Only calls coming from libcaf_openssl are changed;
@@ -47,8 +47,6 @@
 
 // node_id_of_cert_file and the naming rule.
 #include "replication/tls_identity.hpp"
-
-#include <caf/actor.hpp>
 
 namespace caf {
 class actor_system;
@@ -119,13 +117,6 @@ bool configure(caf::actor_system_config& cfg, const policy_config& config,
 /// this unit (not, e.g., because CAF is linked statically or this unit was
 /// left out by the linker). Refuse to start the node if it fails.
 bool self_test(caf::actor_system& sys, std::string& error);
-
-/// Spawns the actor that, every `period`, gives the sockets whose TLS
-/// handshake waits for the peer one write event (their write interest is
-/// held back meanwhile, or CAF 0.17 busy-polls them): the handshake
-/// deadline is enforced then. Exit it before the actor system ends.
-caf::actor start_handshake_sweeper(caf::actor_system& sys,
-                                   std::chrono::milliseconds period);
 
 /// Replaces the member table (membership change). Addresses are resolved
 /// now; existing connections are not touched.

@@ -440,6 +440,7 @@ std::string not_interposed() {
     {"SSL_write", reinterpret_cast<void*>(&SSL_write)},
     {"accept", socket_interposer("accept")},
     {"epoll_ctl", socket_interposer("epoll_ctl")},
+    {"epoll_wait", socket_interposer("epoll_wait")},
     {"_ZN3caf7node_id12default_data5localERKNS_19actor_system_configE",
      reinterpret_cast<void*>(&caf::node_id::default_data::local)},
   };

@@ -20,8 +20,9 @@
 // handshake as before); the step that finishes the handshake, or asks to
 // write, gives it back. sweep_held() gives every held socket its write
 // interest back for one round, which also makes CAF call the handshake
-// step again so that the deadline is enforced (start_handshake_sweeper()
-// runs it every few hundred milliseconds on the multiplexer thread).
+// step again so that the deadline is enforced: the interposed epoll_wait
+// runs it every 200 ms while sockets are held (and shortens CAF's wait to
+// that), on the multiplexer thread.
 //
 // A socket is held only while CAF reads it: when CAF stops reading (it
 // drains a connection it shuts down by writing), the hold ends.
@@ -43,11 +44,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <caf/actor_system.hpp>
-#include <caf/atom.hpp>
-#include <caf/event_based_actor.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/io/network/multiplexer.hpp>
+#include <chrono>
 
 namespace oncegate::tls {
 
@@ -167,29 +164,6 @@ size_t held_count() {
 
 } // namespace detail
 
-namespace {
-
-using sweep_atom = caf::atom_constant<caf::atom("tls_sweep")>;
-
-caf::behavior sweeper(caf::event_based_actor* self,
-                      std::chrono::milliseconds period) {
-  self->delayed_send(self, period, sweep_atom::value);
-  return {
-    [=](sweep_atom) {
-      // On the multiplexer thread, like every other registration change.
-      self->system().middleman().backend().post([] { sweep_held(); });
-      self->delayed_send(self, period, sweep_atom::value);
-    },
-  };
-}
-
-} // namespace
-
-caf::actor start_handshake_sweeper(caf::actor_system& sys,
-                                   std::chrono::milliseconds period) {
-  return sys.spawn<caf::hidden>(sweeper, period);
-}
-
 } // namespace oncegate::tls
 
 // libcaf_io's calls of accept and epoll_ctl come here (see above);
@@ -218,6 +192,35 @@ accept(int fd, sockaddr* addr, socklen_t* len) {
   }
   errno = EAGAIN;
   return -1;
+}
+
+// While sockets are held, CAF's wait for events lasts `sweep_period` at
+// most, and every `sweep_period` the held sockets get their write interest
+// back for one round (sweep_held): CAF then calls their handshake step
+// again, which enforces the deadline. All of it on the multiplexer thread,
+// where CAF makes its own registration changes.
+extern "C" __attribute__((visibility("default"))) int
+epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout) {
+  using namespace oncegate::tls;
+  using epoll_wait_fn = int (*)(int, epoll_event*, int, int);
+  static const auto real = next_symbol<epoll_wait_fn>("epoll_wait");
+  if (!g().active.load(std::memory_order_acquire)
+      || !from_caf_io(__builtin_return_address(0)))
+    return real(epfd, events, maxevents, timeout);
+  constexpr int sweep_period_ms = 200;
+  thread_local auto last_sweep = std::chrono::steady_clock::now();
+  if (held_count() > 0) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_sweep >= std::chrono::milliseconds(sweep_period_ms)) {
+      last_sweep = now;
+      sweep_held();
+    }
+    if (timeout < 0 || timeout > sweep_period_ms)
+      timeout = sweep_period_ms;
+  } else {
+    last_sweep = std::chrono::steady_clock::now();
+  }
+  return real(epfd, events, maxevents, timeout);
 }
 
 extern "C" __attribute__((visibility("default"))) int
@@ -251,6 +254,8 @@ epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
 void* oncegate::tls::detail::socket_interposer(const char* name) {
   if (std::string_view{name} == "accept")
     return reinterpret_cast<void*>(&accept);
+  if (std::string_view{name} == "epoll_wait")
+    return reinterpret_cast<void*>(&epoll_wait);
   if (std::string_view{name} == "epoll_ctl")
     return reinterpret_cast<void*>(&epoll_ctl);
   return nullptr;
