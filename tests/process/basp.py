@@ -115,3 +115,33 @@ def read_until_closed(sock, bound, answer_heartbeats=False):
         return seen, False
     except (ConnectionError, OSError):
         return seen, True
+
+
+REQUEST = 0x1000000000000000  # a request id of the normal category
+RESPONSE = 0x9000000000000000  # the id of its answer
+
+
+def _str(x):
+    x = x.encode() if isinstance(x, str) else x
+    out, n = b"", len(x)
+    while n > 0x7F:
+        out += bytes([(n & 0x7F) | 0x80])
+        n >>= 7
+    return out + bytes([n]) + x
+
+
+def message(types, values=b""):
+    """A direct message's content: no forwarding stack, a u16 zero, the
+    type names ("@<>+..."), the values."""
+    return b"\0" + b"\0\0" + _str(types) + values
+
+
+def claim_result_accepted(route, key):
+    """A serialized `claim_result{accepted}` for an in-flight record of
+    `(route, key)` (common/record.hpp's field order; CAF writes integers in
+    network byte order, enums as their underlying uint8)."""
+    rec = (_str(route) + _str(key) + b"\0" + _str(b"")
+           + struct.pack(">qqH", 1, 0, 0) + _str(b"") + _str(b"")
+           + _str(b"") + struct.pack(">QQIqq", 0, 0, 0, 0, 0) + _str(b"")
+           + struct.pack(">I", 0))
+    return message("@<>+oncegate.claim_result", b"\0" + rec)

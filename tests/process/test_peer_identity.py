@@ -39,7 +39,7 @@ import unittest
 
 import basp
 from harness import wait_for
-from test_cluster import OwnClusterCase, with_logs
+from test_cluster import ROUTE, OwnClusterCase, with_logs
 from test_cluster_faults import log_size, log_text
 from test_peer_security import ports_of, tls_context
 
@@ -227,6 +227,89 @@ class PeerIdentityTest(OwnClusterCase):
         finally:
             for sock in pending:
                 sock.close()
+
+
+class ForgedAnswerTest(OwnClusterCase):
+    """A member answering for the leader: CAF matches an answer to its
+    request by message id alone, so a rogue with follower B's certificate
+    (its own node id, which the guard lets through) sprays answers
+    `claim_result{accepted}` at follower A's actors while A forwards a
+    claim of a key the leader has already executed. Before the check of
+    the answer's sender (`cluster::answered_by`), A took a forged answer
+    and the key executed twice (3 of 3); now the forged one is refused
+    (`cluster.answer_refused` in A's log), the claim retried, and the
+    sender gets 409."""
+
+    def test_an_answer_from_another_member_than_the_one_asked_is_refused(self):
+        ids = [1, 2, 3]
+        lid = self.start_nodes(ids, ids)
+        a, b = [i for i in ids if i != lid]
+        for n in range(3):  # A's links and bridge actors exist
+            self.assertEqual(self.post(a, "warm-%d" % n)[0], 200)
+        tls = self.cluster.tls_dir
+        ctx = tls_context(os.path.join(tls, "node-%d.pem" % b),
+                          os.path.join(tls, "node-%d.key" % b))
+        port = ports_of(self.cluster, a)[1]
+        sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port),
+                                                        timeout=5))
+        op, _, _, _, _, payload = basp.read_frame(sock)
+        a_node, a_front = basp.server_handshake(payload)
+        atom, _, _ = basp.split_node_id(a_node)
+        sock.sendall(basp.client_handshake(
+            basp.node_id(atom, 4242, basp.caf_host_id(b)), flags=0))
+        # Which actor ids does A answer for? (an empty request each)
+        sock.sendall(b"".join(
+            basp.frame(basp.DIRECT_MESSAGE, basp.message("@<>"),
+                       op_data=basp.REQUEST + aid, src=7, dst=aid)
+            for aid in range(1, 100)))
+        replies = {}
+        seen, closed = basp.read_until_closed(sock, 1.5,
+                                              answer_heartbeats=True)
+        self.assertFalse(closed, "the rogue's own requests were refused")
+        # All ids answer (an error for the unknown ones); the targets are
+        # every id but A's front: the bridge actors that forward claims.
+        targets = [aid for aid in range(1, 100) if aid != a_front]
+        key = "forged-answer"
+        spray = b"".join(
+            basp.frame(basp.DIRECT_MESSAGE,
+                       basp.claim_result_accepted(ROUTE, key),
+                       op_data=basp.RESPONSE + mid, src=7, dst=aid)
+            for aid in targets for mid in range(1, 60))
+        mark = log_size(self.cluster.node(a))
+        self.up.set_mode("slow", 6)
+        results = {}
+        first = threading.Thread(target=lambda: results.__setitem__(
+            "leader", self.post(lid, key, 30)[0]))
+        first.start()
+        self.assertTrue(wait_for(lambda: self.up.executions(key) == 1, 10))
+        stop = threading.Event()
+
+        def sprayer():
+            while not stop.is_set():
+                try:
+                    sock.sendall(spray)
+                    basp.read_until_closed(sock, 0.05, answer_heartbeats=True)
+                except (ssl.SSLError, OSError):
+                    return
+
+        spraying = threading.Thread(target=sprayer, daemon=True)
+        spraying.start()
+        results["follower"] = self.post(a, key, 30)[0]
+        stop.set()
+        spraying.join(10)
+        self.up.set_mode("normal")
+        first.join(30)
+        sock.close()
+        refused = log_text(self.cluster.node(a), mark).count(
+            "cluster.answer_refused")
+        print("answers %s, forged answers refused by node %d: %d"
+              % (results, a, refused), file=sys.stderr)
+        self.assertEqual(self.up.executions(key), 1)
+        self.assertEqual(results, {"leader": 200, "follower": 409})
+        self.assertGreater(refused, 0, "no forged answer reached a pending "
+                           "request: the case proved nothing")
+        for i in ids:
+            self.assertEqual(self.cluster.node(i).stop(), 0, "node %d" % i)
 
 
 if __name__ == "__main__":
