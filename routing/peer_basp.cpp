@@ -138,27 +138,28 @@ std::string basp_guard::check_header() {
     return "invalid BASP header";
   buf_.clear();
   auto op = hdr_.operation;
-  auto name = "BASP " + basp::to_string(op);
+  // Only a refusal needs the words (this runs for every frame).
+  auto name = [op] { return "BASP " + basp::to_string(op); };
   if (hdr_.payload_len > max_payload_)
-    return name + " of " + std::to_string(hdr_.payload_len)
+    return name() + " of " + std::to_string(hdr_.payload_len)
            + " bytes exceeds the limit of " + std::to_string(max_payload_);
   capture_ = 0;
   if (is_handshake(op)) {
     capture_ = node_id_size;
   } else if (op != basp::message_type::heartbeat) {
     if (!remote_)
-      return name + " before a handshake";
+      return name() + " before a handshake";
     if (names_two_nodes(op))
       capture_ = 2 * node_id_size;
   }
   if (hdr_.payload_len < capture_)
-    return name + " too short (" + std::to_string(hdr_.payload_len)
+    return name() + " too short (" + std::to_string(hdr_.payload_len)
            + " bytes)";
   if (op == basp::message_type::direct_message
       || op == basp::message_type::routed_message) {
     if (hdr_.has(basp::header::named_receiver_flag)
         && hdr_.dest_actor != static_cast<uint64_t>(caf::atom("SpawnServ")))
-      return name + " to a named receiver";
+      return name() + " to a named receiver";
     capture_ += std::min<size_t>(hdr_.payload_len - capture_, message_prefix);
   }
   skip_ = hdr_.payload_len - capture_;
@@ -167,12 +168,12 @@ std::string basp_guard::check_header() {
 }
 
 std::string basp_guard::check_capture() {
-  auto name = "BASP " + basp::to_string(hdr_.operation);
+  auto name = [this] { return "BASP " + basp::to_string(hdr_.operation); };
   caf::binary_deserializer bd{nullptr, buf_};
   caf::node_id source;
   if (is_handshake(hdr_.operation)) {
     if (bd(source))
-      return name + " with an unreadable node id";
+      return name() + " with an unreadable node id";
     auto expected = caf_host_id(peer_);
     auto ok = source
               && source->implementation_id()
@@ -181,10 +182,10 @@ std::string basp_guard::check_capture() {
                      .host_id()
                    == expected;
     if (!ok)
-      return name + " claims CAF node " + text(source) + ", which is not node "
+      return name() + " claims CAF node " + text(source) + ", which is not node "
              + std::to_string(peer_) + "'s (its certificate's)";
     if (remote_ && source != remote_)
-      return name + " claims CAF node " + text(source)
+      return name() + " claims CAF node " + text(source)
              + " after a handshake as " + text(remote_);
     remote_ = std::move(source);
     return {};
@@ -193,12 +194,12 @@ std::string basp_guard::check_capture() {
     return check_message(buf_.data(), buf_.size());
   caf::node_id dest;
   if (bd(source, dest))
-    return name + " with unreadable node ids";
+    return name() + " with unreadable node ids";
   if (source != remote_)
-    return name + " from CAF node " + text(source)
+    return name() + " from CAF node " + text(source)
            + ", not this connection's node " + text(remote_);
   if (dest != self_)
-    return name + " to CAF node " + text(dest) + ", not this node";
+    return name() + " to CAF node " + text(dest) + ", not this node";
   if (hdr_.operation == basp::message_type::routed_message)
     return check_message(buf_.data() + 2 * node_id_size,
                          buf_.size() - 2 * node_id_size);
@@ -206,14 +207,14 @@ std::string basp_guard::check_capture() {
 }
 
 std::string basp_guard::check_message(const char* data, size_t n) {
-  auto name = "BASP " + basp::to_string(hdr_.operation);
+  auto name = [this] { return "BASP " + basp::to_string(hdr_.operation); };
   // The forwarding stack: its size is a varbyte, and oncegate sends none
   // (an answer would go to whoever it names).
   if (n < 1 || static_cast<uint8_t>(data[0]) != 0)
-    return name + " with a forwarding stack";
+    return name() + " with a forwarding stack";
   // The type names, after a u16 zero, as a varbyte-sized string.
   if (n < 4 || data[1] != 0 || data[2] != 0)
-    return name + " with an unreadable message";
+    return name() + " with an unreadable message";
   size_t len = 0;
   size_t pos = 3;
   for (int shift = 0; pos < n && shift < 28; shift += 7) {
@@ -223,32 +224,32 @@ std::string basp_guard::check_message(const char* data, size_t n) {
       break;
   }
   if (len > n - pos)
-    return name + " with a message of too many types";
+    return name() + " with a message of too many types";
   std::string_view types{data + pos, len};
   if (hdr_.has(basp::header::named_receiver_flag)) {
     if (types != spawn_server_query)
-      return name + " to a named receiver";
+      return name() + " to a named receiver";
     return {};
   }
   // Requests and their answers only: an async message between the nodes is
   // none of oncegate's, but the spawn server's answer to CAF's query.
   if ((hdr_.operation_data & caf::message_id::request_id_mask) == 0) {
     if (types != spawn_server_reply)
-      return name + " that is neither a request nor an answer";
+      return name() + " that is neither a request nor an answer";
     return {};
   }
   if (types.substr(0, 3) != "@<>")
-    return name + " with an unreadable message";
+    return name() + " with an unreadable message";
   types.remove_prefix(3);
   while (!types.empty()) {
     if (types.front() != '+')
-      return name + " with an unreadable message";
+      return name() + " with an unreadable message";
     types.remove_prefix(1);
     auto end = types.find('+');
     auto type = types.substr(0, end);
     for (auto refused : refused_types)
       if (type == refused)
-        return name + " carrying " + std::string{type};
+        return name() + " carrying " + std::string{type};
     types.remove_prefix(end == std::string_view::npos ? types.size() : end);
   }
   return {};

@@ -49,6 +49,21 @@ MAX_GAP = 0.8
 CONTROL_OPEN = 1.5
 
 
+def connect(cluster, node_id, cert_of):
+    """A TLS connection to node `node_id`'s CAF port with member
+    `cert_of`'s certificate, and that node's server handshake."""
+    tls = cluster.tls_dir
+    ctx = tls_context(os.path.join(tls, "node-%d.pem" % cert_of),
+                      os.path.join(tls, "node-%d.key" % cert_of))
+    port = ports_of(cluster, node_id)[1]
+    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port),
+                                                    timeout=5))
+    op, _, _, _, _, payload = basp.read_frame(sock)
+    if op != basp.SERVER_HANDSHAKE:
+        raise AssertionError("expected a server handshake, got op %d" % op)
+    return sock, basp.server_handshake(payload)
+
+
 class Sender:
     """Posts unique keys to one node, one at a time, until stopped (bounded:
     MAX_KEYS keys); records (time, key, status)."""
@@ -87,17 +102,7 @@ class PeerIdentityTest(OwnClusterCase):
     maxDiff = None
 
     def connect(self, node_id, cert_of):
-        """A TLS connection to node `node_id`'s CAF port with member
-        `cert_of`'s certificate, and that node's server handshake."""
-        tls = self.cluster.tls_dir
-        ctx = tls_context(os.path.join(tls, "node-%d.pem" % cert_of),
-                          os.path.join(tls, "node-%d.key" % cert_of))
-        port = ports_of(self.cluster, node_id)[1]
-        sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port),
-                                                        timeout=5))
-        op, _, _, _, _, payload = basp.read_frame(sock)
-        self.assertEqual(op, basp.SERVER_HANDSHAKE)
-        return sock, basp.server_handshake(payload)
+        return connect(self.cluster, node_id, cert_of)
 
     @with_logs
     def test_a_stolen_certificate_cannot_pose_as_another_member(self):
@@ -246,14 +251,7 @@ class ForgedAnswerTest(OwnClusterCase):
         a, b = [i for i in ids if i != lid]
         for n in range(3):  # A's links and bridge actors exist
             self.assertEqual(self.post(a, "warm-%d" % n)[0], 200)
-        tls = self.cluster.tls_dir
-        ctx = tls_context(os.path.join(tls, "node-%d.pem" % b),
-                          os.path.join(tls, "node-%d.key" % b))
-        port = ports_of(self.cluster, a)[1]
-        sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port),
-                                                        timeout=5))
-        op, _, _, _, _, payload = basp.read_frame(sock)
-        a_node, a_front = basp.server_handshake(payload)
+        sock, (a_node, a_front) = connect(self.cluster, a, b)
         atom, _, _ = basp.split_node_id(a_node)
         sock.sendall(basp.client_handshake(
             basp.node_id(atom, 4242, basp.caf_host_id(b)), flags=0))
@@ -262,8 +260,7 @@ class ForgedAnswerTest(OwnClusterCase):
             basp.frame(basp.DIRECT_MESSAGE, basp.message("@<>"),
                        op_data=basp.REQUEST + aid, src=7, dst=aid)
             for aid in range(1, 100)))
-        replies = {}
-        seen, closed = basp.read_until_closed(sock, 1.5,
+        _, closed = basp.read_until_closed(sock, 1.5,
                                               answer_heartbeats=True)
         self.assertFalse(closed, "the rogue's own requests were refused")
         # All ids answer (an error for the unknown ones); the targets are
