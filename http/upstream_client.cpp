@@ -345,6 +345,9 @@ private:
     conn_->tls()->async_handshake(
       net::ssl::stream_base::client,
       [self = shared_from_this()](beast::error_code ec) {
+        if (ec && ONCEGATE_MUTANT("tls-handshake-in-doubt")) // mutant
+          return self->finish(self->maybe_sent(
+            "tls handshake: " + self->describe(ec), false));
         if (ec)
           return self->finish(
             self->not_sent("tls handshake: " + self->describe(ec)));

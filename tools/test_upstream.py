@@ -5,7 +5,9 @@ drills and the README example.
 It counts executions per `Idempotency-Key` (an execution is a complete
 request received) and can be told to answer normally, slowly, with 500, or
 to drop the connection after receiving the request; `refuse()` closes its
-listening socket so connections are refused. It can also misbehave the way
+listening socket so connections are refused, `outage()` also closes every
+open connection (a crashed order service; SIGUSR1 to the script does it,
+SIGUSR2 listens again on the same port). It can also misbehave the way
 real HTTP servers do, to test the client side of oncegate.
 
     python3 tools/test_upstream.py --port 9000      # serve until Ctrl-C
@@ -45,10 +47,12 @@ requires a client certificate signed by it; `counts()` then also reports
 
 import argparse
 import json
+import signal
 import socket
 import ssl
 import sys
 import threading
+import time
 from urllib.parse import unquote
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -71,7 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         up = self.server.upstream
-        up.connected()
+        up.connected(self.request)
         if isinstance(self.request, ssl.SSLSocket):
             self.request.settimeout(HANDSHAKE_TIMEOUT)
             try:
@@ -82,6 +86,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.request.settimeout(None)
             up.handshake_done()
         super().setup()
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            self.server.upstream.disconnected(self.request)
 
     def _reply(self, status, doc, close=False):
         body = json.dumps(doc).encode()
@@ -248,6 +258,7 @@ class TestUpstream:
         self._connections = 0
         self._extras = 0
         self._release = threading.Event()
+        self._open = set()  # the sockets of the connections being served
         self._server = None
         self._thread = None
 
@@ -275,8 +286,23 @@ class TestUpstream:
         """Close the listening socket: new connections are refused."""
         self.stop()
 
+    def outage(self):
+        """Stop as a crashed upstream would: the listening socket closed
+        and every open connection shut down (a request being read or
+        answered is cut off)."""
+        self.stop()
+        with self._lock:
+            conns = list(self._open)
+        for sock in conns:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def resume(self):
-        """Listen again on the same port."""
+        """Listen again on the same port (serving already: nothing)."""
+        if self._server is not None:
+            return self
         self._release.clear()
         return self.start()
 
@@ -326,9 +352,15 @@ class TestUpstream:
         with self._lock:
             return list(self._attempts.get(key, []))
 
-    def connected(self):
+    def connected(self, sock=None):
         with self._lock:
             self._connections += 1
+            if sock is not None:
+                self._open.add(sock)
+
+    def disconnected(self, sock):
+        with self._lock:
+            self._open.discard(sock)
 
     def handshake_done(self):
         with self._lock:
@@ -411,9 +443,14 @@ def main():
         interim = [int(s) for s in args.interim.split(",") if s]
     up.set_mode(args.mode, args.delay, interim, args.status, args.split)
     up.start()
+    # A drill's upstream outage: SIGUSR1 stops serving (listener and open
+    # connections closed), SIGUSR2 listens again on the same port.
+    signal.signal(signal.SIGUSR1, lambda *_: up.outage())
+    signal.signal(signal.SIGUSR2, lambda *_: up.resume())
     print("test upstream listening on %s" % up.url, flush=True)
     try:
-        threading.Event().wait()
+        while True:
+            time.sleep(3600)
     except KeyboardInterrupt:
         pass
     finally:

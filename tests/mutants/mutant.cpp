@@ -29,7 +29,8 @@ const char* const* known() {
   static const char* const names[] = {
     "skip-fsync",        "quiet-ack",          "ack-before-commit",
     "ignore-commit-result", "grant-on-mismatch", "answer-before-majority",
-    "drop-request-id",   "connect-timeout-in-doubt", "skip-key-reset",
+    "drop-request-id",   "connect-timeout-in-doubt", "tls-handshake-in-doubt",
+    "skip-key-reset",
     "log-request-body",  nullptr};
   return names;
 }

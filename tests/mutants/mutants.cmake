@@ -40,6 +40,12 @@ oncegate_mutant_killed_by(grant-on-mismatch -- @python -m unittest
 oncegate_mutant_killed_by(connect-timeout-in-doubt -- @python -m unittest
   test_unreachable.ConnectTimeoutTest.test_a_connect_timeout_is_not_sent_and_the_retry_executes)
 
+# A TLS handshake that failed (a certificate for another name) classified
+# "maybe sent": the key turns in doubt (502) although no byte of the
+# request left, instead of 503 and a retry that executes.
+oncegate_mutant_killed_by(tls-handshake-in-doubt -- @python -m unittest
+  test_https_upstream.HttpsUpstreamTest.test_a_certificate_for_another_name_is_not_sent)
+
 # Logs every claim's body: a marker from the body shows up in the log.
 oncegate_mutant_killed_by(log-request-body -- @python -m unittest
   test_logging.NoSecretsInLogsTest.test_no_body_or_secret_reaches_a_text_log_at_trace_level)

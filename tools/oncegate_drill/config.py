@@ -75,6 +75,20 @@ token="{token}"
 """.format(name=name, host=host, http=http_port, data=data_dir, token=token)
 
 
+def delivery_lines(sc, upstream_url):
+    """The drill routes' delivery options: nothing for sync; for async
+    `delivery="async"`, the scenario's delivery-options and, with
+    reconcile, the counting upstream's /by-key/{key} URL."""
+    if sc.delivery != "async":
+        return ""
+    lines = ['delivery="async"']
+    lines += ["%s=%s" % kv for kv in sc.delivery_options]
+    if sc.reconcile == "true":
+        base = upstream_url.split("/", 3)
+        lines.append('reconcile="%s//%s/by-key/{key}"' % (base[0], base[2]))
+    return "".join(line + "\n" for line in lines)
+
+
 def route_sections(sc, upstream_url):
     """The two drill routes of scenario `sc`, forwarding to the counting
     upstream at `upstream_url`."""
@@ -82,6 +96,7 @@ def route_sections(sc, upstream_url):
     sw = sc.get("traffic", "standard-webhooks-route")
     tolerance = sc.get("traffic", "standard-webhooks-tolerance")
     tolerance = "tolerance=%s\n" % tolerance if tolerance else ""
+    delivery = delivery_lines(sc, upstream_url)
     return """
 ; Drill routes (oncegate-drill): both forward to the counting upstream.
 [route.{tv}]
@@ -91,7 +106,7 @@ upstream="{url}"
 ttl={ttl}
 upstream-connect-timeout={connect}
 upstream-timeout={response}
-
+{delivery}
 [route.{sw}]
 auth="standard-webhooks"
 secret="{sw_secret}"
@@ -100,7 +115,8 @@ on-duplicate="replay"
 ttl={ttl}
 upstream-connect-timeout={connect}
 upstream-timeout={response}
-{tolerance}""".format(tv=tv, sw=sw, url=upstream_url,
+{delivery}{tolerance}""".format(tv=tv, sw=sw, url=upstream_url,
+           delivery=delivery,
            connect=DRILL_UPSTREAM_CONNECT_TIMEOUT,
            response=DRILL_UPSTREAM_TIMEOUT,
            tv_token=sc.get("traffic", "tradingview-token"),

@@ -15,6 +15,8 @@ import os
 import random
 import re
 import shlex
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -30,11 +32,12 @@ from .cluster import START_TIMEOUT, STOP_TIMEOUT, Cluster, Endpoint, \
 from .config import DRILL_UPSTREAM_CONNECT_TIMEOUT, DRILL_UPSTREAM_TIMEOUT, \
     cluster_section, config_dir_files, config_ports, generated_ini, \
     ini_value, peer_entry, route_sections
-from .faults import FaultSchedule
+from .faults import FaultFailed, FaultSchedule
 from .netlab import Disks, NetLab, Registry, root_unavailable
 from .senders import StandardWebhooksSender, TradingViewSender
 from .traffic import Traffic, resend
-from .verdict import IN_FLIGHT, Findings, Verdict, read_records
+from .verdict import IN_DOUBT, IN_FLIGHT, QUEUED, Findings, Verdict, \
+    read_records
 
 # Settings of every node the drill starts, suited to its fast counting
 # upstream (it answers within milliseconds; no drill sets a slow mode): a
@@ -65,6 +68,7 @@ class Drill(FaultSchedule):
         self.clock = None  # FakeClock, when the schedule jumps clocks
         self.upstream = None  # the subprocess, when the drill runs it
         self.upstream_url = None
+        self.upstream_down = False  # an upstream-down fault is in force
         self.cluster = None
         self.traffic = None
         self.bindings = {}
@@ -140,6 +144,29 @@ class Drill(FaultSchedule):
             raise DrillError("upstream /_counts answered %d" % status)
         return json.loads(body)["keys"]
 
+    def upstream_outage(self, down):
+        """Takes the counting upstream down (SIGUSR1: no listener, every
+        open connection cut) or brings it back on its port (SIGUSR2), and
+        waits until a connection is refused or accepted."""
+        if self.upstream is None or self.upstream.poll() is not None:
+            raise FaultFailed("the drill does not run the upstream")
+        self.upstream.send_signal(signal.SIGUSR1 if down else signal.SIGUSR2)
+        host, _, port = self.upstream_url.split("/", 3)[2].partition(":")
+
+        def accepts():
+            try:
+                socket.create_connection((host, int(port)), 1).close()
+                return True
+            except OSError:
+                return False
+        if not wait_until(lambda: accepts() != down, START_TIMEOUT, 0.02):
+            raise FaultFailed("the upstream still %s connections after %ds"
+                              % ("accepts" if down else "refuses",
+                                 START_TIMEOUT))
+        self.upstream_down = down
+        return "upstream %s" % ("down (connections refused and cut)"
+                                if down else "back on port %s" % port)
+
     def route_sections(self):
         return route_sections(self.sc, self.upstream_url)
 
@@ -172,13 +199,23 @@ class Drill(FaultSchedule):
         """Waits (bounded by in_flight_bound) until no node's database holds
         an in_flight record of this run's keys: a record left in flight by
         a crash turns in_doubt at the first alarm tick past the in-flight
-        deadline. Returns the seconds waited and the keys still in flight."""
+        deadline. With async delivery also until none is queued (and, with
+        reconcile, none in doubt), bounded by [expect] delivered-within:
+        the node delivers what it accepted. Returns the seconds waited and
+        the keys still unsettled."""
         keys = {s.key for s in self.traffic.signals}
+        waiting = {IN_FLIGHT}
+        bound = self.in_flight_bound()
+        if self.sc.delivery == "async":
+            waiting.add(QUEUED)
+            if self.sc.reconcile == "true":
+                waiting.add(IN_DOUBT)
+            bound = max(bound, self.sc.duration("expect", "delivered-within"))
         paths = [os.path.join(n.data_dir, "oncegate.db")
                  for _, n in sorted(self.cluster.nodes.items())
                  if n.data_dir]
         t0 = time.monotonic()
-        deadline = t0 + self.in_flight_bound()
+        deadline = t0 + bound
         while True:
             stuck = set()
             for path in paths:
@@ -187,7 +224,7 @@ class Drill(FaultSchedule):
                 except sqlite3.Error:
                     continue  # judged (database-unreadable) by the read after
                 stuck.update(k for (_, k), (st, *_) in records.items()
-                             if st == IN_FLIGHT and k in keys)
+                             if st in waiting and k in keys)
             if not stuck or time.monotonic() >= deadline:
                 return time.monotonic() - t0, stuck
             time.sleep(0.2)
@@ -368,6 +405,12 @@ class Drill(FaultSchedule):
                 moved = self.clock.reset()
                 if moved:
                     self.timeline["clocks_reset"] = moved
+            if self.upstream_down:
+                try:
+                    self.upstream_outage(False)
+                except FaultFailed as e:
+                    self.findings.violation("not-recovered", detail=str(e))
+                    return None
             for n in self.cluster.nodes.values():
                 if n.state == "hung":
                     n.resume()

@@ -1,6 +1,7 @@
 """Faults: the scenario's schedule applied to the nodes under traffic
 (SIGKILL, SIGTERM, start, restart with a leadership transfer, SIGSTOP and
-SIGCONT, partitions, full disks, wall clock steps, waiting for readiness),
+SIGCONT, partitions, full disks, wall clock steps, the upstream down and
+back, waiting for readiness),
 each logged with what happened.
 
 Lives here: when a fault happens, whom it hits and the one call that does
@@ -63,6 +64,8 @@ class FaultSchedule:
             return [self.rng.choice(serving)]
         if t == "all":
             return c.ids()
+        if t == "upstream":
+            return []  # the drill's counting upstream, not a node
         if t.isdigit():
             if int(t) not in c.nodes:
                 raise FaultFailed("no node %s" % t)
@@ -216,6 +219,14 @@ class FaultSchedule:
             done.append("node %d wall clock %s (now %s from real time)"
                         % (i, format_offset(fault.step), format_offset(now)))
         return "; ".join(done)
+
+    def do_upstream_down(self, ids, fault):
+        """The order service goes away: the counting upstream stops
+        listening and cuts every open connection (drill.py)."""
+        return self.upstream_outage(True)
+
+    def do_upstream_up(self, ids, fault):
+        return self.upstream_outage(False)
 
     def do_wait_ready(self, ids, fault):
         t0 = time.monotonic()

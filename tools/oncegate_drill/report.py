@@ -81,6 +81,11 @@ def text_report(r, json_path):
         "never re-executed" % s["in_doubt_answers"])
     add("  records in doubt / in flight   %6d / %d" % (
         s["records_in_doubt"], s["records_in_flight"]))
+    if s.get("accepted"):
+        add("  accepted for delivery (202)    %6d   each delivered exactly "
+            "once; queued %d, failed %d at the end" % (
+                s["accepted"], s.get("records_queued", 0),
+                s.get("records_failed", 0)))
     add("  keys resent after recovery     %6d   each must be a duplicate"
         % s["resent"])
     add("  renewed live keys              %6d   executed again or re-recorded"

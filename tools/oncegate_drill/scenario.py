@@ -63,6 +63,15 @@ SCENARIO_DEFAULTS = {
         # nodes' default `keys.ttl`). The verdict checks every record
         # against it: with --targets, set it to the routes' TTL.
         "ttl": "24h",
+        # The drill routes' delivery: sync (the sender waits for the
+        # upstream's answer) or async (202 at once; the node owns the
+        # signal until the upstream has it: docs/operations.md, Delivery).
+        "delivery": "sync",
+        # With async: the routes' retry options and, when set, a reconcile
+        # URL on the counting upstream (/by-key/{key}) settling in-doubt
+        # keys; e.g. "delivery-first-retry=200ms, reconcile-after=1s".
+        "delivery-options": "",
+        "reconcile": "false",
     },
     "faults": {
         "schedule": "",
@@ -85,6 +94,10 @@ SCENARIO_DEFAULTS = {
         # How far a record's first_seen may be from the drill host's clock
         # at its signal's attempts (a clock-jumped node must not stamp it).
         "stamp-tolerance": "30s",
+        # async delivery: once every node is back, every accepted signal
+        # delivered (no record queued, in flight or, with reconcile, in
+        # doubt) within this; a record `failed` is a violation.
+        "delivered-within": "60s",
     },
 }
 
@@ -101,6 +114,8 @@ ACTIONS = {
     "disk-full": ("leader", True, True),
     "disk-free": ("all", True, True),
     "clock-jump": ("leader", True, False),
+    "upstream-down": ("upstream", True, False),
+    "upstream-up": ("upstream", True, False),
     "wait-ready": ("all", False, False),
 }
 
@@ -215,6 +230,27 @@ class Scenario:
         self.concurrency = self.int("traffic", "concurrency", 1, 1024)
         if self.get("expect", "stuck-in-flight") not in ("warn", "fail"):
             raise UsageError("[expect] stuck-in-flight is warn or fail")
+        self.delivery = self.get("traffic", "delivery")
+        if self.delivery not in ("sync", "async"):
+            raise UsageError("[traffic] delivery is sync or async")
+        self.reconcile = self.get("traffic", "reconcile")
+        if self.reconcile not in ("true", "false"):
+            raise UsageError("[traffic] reconcile is true or false")
+        self.delivery_options = []
+        for item in self.get("traffic", "delivery-options").split(","):
+            k, eq, v = item.strip().partition("=")
+            if not item.strip():
+                continue
+            if not eq or not k.strip().startswith(("delivery-",
+                                                   "reconcile-")):
+                raise UsageError("[traffic] delivery-options: %r is not "
+                                 "delivery-*=VALUE or reconcile-*=VALUE"
+                                 % item.strip())
+            self.delivery_options.append((k.strip(), v.strip()))
+        if self.delivery == "sync" and (self.delivery_options or
+                                        self.reconcile == "true"):
+            raise UsageError("[traffic] delivery-options and reconcile need "
+                             "delivery = async")
 
     def get(self, section, option):
         return self.values[(section, option)].strip()

@@ -31,7 +31,7 @@ class Signal:
         self.body = body
         self.created = created
         self.decided_at = None  # first successful decision (2xx or 409)
-        self.acked = None  # executed | duplicate | replayed
+        self.acked = None  # executed | duplicate | replayed | accepted
         self.first_answers = 0  # 2xx answers that were not replays
         self.in_doubt = False
         self.finals = []  # last result of each delivery
@@ -238,8 +238,11 @@ class Traffic:
         if outcome == "executed":
             sig.first_answers += 1
             sig.acked = "executed"
-        elif outcome in ("replayed", "duplicate") and sig.acked is None:
-            sig.acked = outcome
+        elif outcome in ("replayed", "duplicate", "in-progress") \
+                and sig.acked is None:
+            # in-progress: 202, the node took the signal over (async
+            # delivery) and owes it one execution.
+            sig.acked = "accepted" if outcome == "in-progress" else outcome
         elif outcome == "in-doubt":
             sig.in_doubt = True
 

@@ -15,10 +15,10 @@ import time
 from .senders import decided
 from .traffic import RESEND_TIMEOUT
 
-# records.state in the node's SQLite.
-IN_FLIGHT, COMPLETED, IN_DOUBT = 0, 1, 2
+# records.state in the node's SQLite (queued and failed: async delivery).
+IN_FLIGHT, COMPLETED, IN_DOUBT, QUEUED, FAILED = 0, 1, 2, 3, 4
 STATE_NAMES = {IN_FLIGHT: "in_flight", COMPLETED: "completed",
-               IN_DOUBT: "in_doubt"}
+               IN_DOUBT: "in_doubt", QUEUED: "queued", FAILED: "failed"}
 
 
 def percentile(values, p):
@@ -143,7 +143,14 @@ class Verdict:
                     "acknowledged (%s), executed again when resent"
                     % sig.acked))
             for i, st in sorted(states.items()):
-                if sig.acked and st != COMPLETED:
+                if sig.acked and st == FAILED:
+                    self.lost.add(sig.key)
+                    add("failed-delivery", key=sig.key, node=i, detail=(
+                        "%s, record failed on node %d: past its delivery "
+                        "deadline undelivered" % (
+                            "accepted (202)" if sig.acked == "accepted" else
+                            "acknowledged (%s)" % sig.acked, i)))
+                elif sig.acked and st != COMPLETED:
                     self.lost.add(sig.key)
                     add("lost-acknowledged", key=sig.key, node=i, detail=(
                         "acknowledged (%s), record %s on node %d"
@@ -391,6 +398,9 @@ class Verdict:
             "abandoned": sum(1 for s in signals if s.abandoned),
             "records_in_flight": len(states.get("in_flight", ())),
             "records_in_doubt": len(states.get("in_doubt", ())),
+            "records_queued": len(states.get("queued", ())),
+            "records_failed": len(states.get("failed", ())),
+            "accepted": sum(1 for s in signals if s.acked == "accepted"),
             "resent": len(self.resent),
             "renewed": len(self.time_faults.get("renewed-key", ())),
             "early_purges": len(self.time_faults.get("early-purge", ())),
