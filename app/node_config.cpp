@@ -54,6 +54,14 @@ node_config::node_config() {
     .add(max_connections, "max-connections", "open connections at most")
     .add(shutdown_grace, "shutdown-grace",
          "longest wait for in-flight requests on shutdown")
+    .add(tls_certificate, "tls-certificate",
+         "PEM certificate chain, leaf first (certbot: fullchain.pem): the "
+         "listener speaks HTTPS only; SIGHUP reloads it (docs/tls.md)")
+    .add(tls_key, "tls-key",
+         "PEM private key of http.tls-certificate, unencrypted (certbot: "
+         "privkey.pem)")
+    .add(tls_handshake_timeout, "tls-handshake-timeout",
+         "time from accept to the end of the TLS handshake (closed beyond)")
     .add(trusted_proxies, "trusted-proxies",
          "reverse proxies (CIDRs) whose forwarding header names the client "
          "for route allowlists and logs")
@@ -160,6 +168,103 @@ node_config::node_config() {
          "longest sleep of the expiry alarm");
 }
 
+// What an operator configures, in the order of setting a node up. The
+// words are short on purpose: the option's description (`--long-help`,
+// docs/operations.md) says the rest.
+const std::vector<help_group>& node_config::help_groups() {
+  static const std::vector<help_group> groups{
+    {"listener",
+     {},
+     {{"http-host", "address to bind"},
+      {"http-port", "port (0: any free port)"},
+      {"http.tls-certificate", "PEM chain, leaf first: HTTPS (docs/tls.md)"},
+      {"http.tls-key", "its PEM key; SIGHUP reloads both"},
+      {"http.tls-handshake-timeout", "TLS handshake deadline"},
+      {"http.max-connections", "connections at most (503 beyond)"},
+      {"http.trusted-proxies", "reverse proxies (CIDRs) naming the client"},
+      {"http.body-limit", "largest body in bytes (413)"},
+      {"http.header-timeout", "time to receive the headers (408)"},
+      {"http.body-timeout", "time to receive the body (408)"},
+      {"http.idle-timeout", "keep-alive connection idle time"},
+      {"http.response-timeout", "time to a decision (503 beyond)"},
+      {"http.shutdown-grace", "wait for requests in flight on stop"},
+      {"http-threads", "threads serving HTTP"}},
+     {"http.header-limit", "http.forwarded-headers", "http.forwarded-limit"}},
+    {"routes",
+     {"[route.NAME] sections (POST /v1/webhook/NAME): auth secret secret-env",
+      "  secret-file ttl on-duplicate body-limit allow tolerance upstream",
+      "  upstream-* respond-after delivery* reconcile* (docs/operations.md)"},
+     {{"upstream", "the default route's upstream, http(s)://host:port/path"}},
+     {}},
+    {"keys",
+     {},
+     {{"keys.ttl", "lifetime of a record (routes may override)"},
+      {"keys.in-flight-deadline", "then in_flight turns in_doubt (0: auto)"},
+      {"keys.max-live", "live keys in memory at most (503 beyond)"},
+      {"keys.decision-cache", "decisions cached for duplicates (0: off)"}},
+     {"keys.idle-timeout", "keys.registry-shards", "keys.gateway-actors",
+      "keys.decision-cache-bytes", "keys.actor-cache-bytes",
+      "alarm.purge-chunk", "alarm.max-interval"}},
+    {"store",
+     {},
+     {{"data-dir", "directory of the SQLite database"},
+      {"store.max-pages", "largest database, 4 KiB pages (0: unlimited)"},
+      {"backup-to", "write an online backup to this new file, exit"}},
+     {"store.max-batch", "store.max-pending", "store.max-pending-bytes",
+      "store.checkpoint-pages", "store.on-scheduler"}},
+    {"cluster",
+     {},
+     {{"cluster.id", "this node's id (0: a single node)"},
+      {"cluster.peers", "every node: \"ID=RAFT_HOST:PORT,CAF_HOST:PORT\""},
+      {"cluster.initial", "voters that bootstrap (default: every peer)"},
+      {"cluster.join", "join an existing cluster instead"},
+      {"cluster.tls-ca", "PEM of the cluster CA"},
+      {"cluster.tls-certificate", "PEM of this node (node-ID.oncegate)"},
+      {"cluster.tls-key", "PEM key of this node"},
+      {"cluster.insecure", "plain text between the nodes (warned)"},
+      {"cluster.member-sources-only", "refuse non-members on the CAF port"},
+      {"cluster.election-timeout", "raft election timeout"},
+      {"cluster.leader-wait", "look for a ready leader (503 beyond)"},
+      {"cluster.remote-timeout", "bound on requests to other nodes"}},
+     {"cluster.heartbeat-timeout", "cluster.repair-after", "cluster.snapshot-threshold",
+      "cluster.snapshot-trailing", "cluster.max-peer-message",
+      "cluster.max-outstanding", "cluster.max-entry-bytes",
+      "cluster.max-log-bytes", "cluster.max-background",
+      "cluster.max-background-bytes"}},
+    {"admin",
+     {},
+     {{"admin.token-env", "environment variable holding the admin token"},
+      {"admin.token-file", "file holding the admin token"},
+      {"admin.token", "the token itself (prefer -env or -file)"},
+      {"admin.allow-unauthenticated-loopback", "no token on loopback"}},
+     {}},
+    {"logging",
+     {},
+     {{"log-level", "trace, debug, info, warn, error or off"},
+      {"log-levels", "per component: store=debug,cluster=warn"},
+      {"log-format", "text or json"},
+      {"log-file", "also log to this file, rotated"},
+      {"log-file-size", "rotate at this size"},
+      {"log-file-count", "rotated files kept"}},
+     {}},
+  };
+  return groups;
+}
+
+bool node_config::own_option(const std::string& name) {
+  if (name == "version")
+    return true;
+  for (auto& g : help_groups()) {
+    for (auto& e : g.options)
+      if (name == e.name)
+        return true;
+    for (auto t : g.tuning)
+      if (name == t)
+        return true;
+  }
+  return false;
+}
+
 std::string node_config::unknown_option() const {
   for (auto& [name, value] : content) {
     auto group = caf::get_if<caf::settings>(&value);
@@ -212,6 +317,11 @@ std::string node_config::validate() const {
     return "http.max-connections must be positive";
   if (forwarded_limit < 1)
     return "http.forwarded-limit must be positive";
+  if (tls_certificate.empty() != tls_key.empty())
+    return "http.tls-certificate and http.tls-key go together: set both "
+           "(HTTPS) or neither (plain HTTP)";
+  if (tls_handshake_timeout <= caf::timespan::zero())
+    return "http.tls-handshake-timeout must be positive";
   if (clustered()) {
     if (cluster_peers.empty())
       return "cluster.peers must list every node when cluster.id is set";
@@ -282,6 +392,24 @@ http_server_options node_config::http_opts() const {
   res.response_timeout = to_ms(response_timeout);
   res.max_connections = max_connections;
   res.shutdown_grace = to_ms(shutdown_grace);
+  res.tls_handshake_timeout = to_ms(tls_handshake_timeout);
+  return res;
+}
+
+std::optional<std::shared_ptr<const server_tls>>
+node_config::listener_tls(std::string& error) const {
+  if (tls_certificate.empty() && tls_key.empty())
+    return std::shared_ptr<const server_tls>{};
+  server_tls_files files{tls_certificate, tls_key};
+  auto culprit = server_tls_files::part::certificate;
+  auto res = server_tls::load(files, error, culprit);
+  if (!res) {
+    error = (culprit == server_tls_files::part::certificate
+               ? "http.tls-certificate: "
+               : "http.tls-key: ")
+            + error;
+    return std::nullopt;
+  }
   return res;
 }
 

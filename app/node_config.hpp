@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,10 +11,27 @@
 #include "common/logging.hpp"
 #include "routing/routed_service.hpp"
 #include "http/http_server.hpp"
+#include "http/server_tls.hpp"
 #include "api/routes.hpp"
 #include "api/webhook_handler.hpp"
 
 namespace oncegate::gateway {
+
+/// One group of `--help`, named by what an operator configures there.
+struct help_group {
+  /// One option with a few words (its full description is `--long-help`'s).
+  struct entry {
+    /// The full name: `http-port`, `keys.ttl`.
+    const char* name;
+    const char* words;
+  };
+  const char* title;
+  /// Extra lines under the title (route sections are no options).
+  std::vector<const char*> notes;
+  std::vector<entry> options;
+  /// Tuning options of the group: named only, `--long-help` explains them.
+  std::vector<const char*> tuning;
+};
 
 /// The node's configuration: CAF's config system, so every option can be
 /// set in the INI file (`--config-file=FILE`) and overridden on the command
@@ -36,9 +54,24 @@ public:
     return custom_options_;
   }
 
+  /// The groups of `--help`: each of oncegate's own options is in exactly
+  /// one of them (as an entry or a tuning option); CAF's are in none.
+  static const std::vector<help_group>& help_groups();
+
+  /// Whether `name` (full: `http.tls-key`) is one of oncegate's own
+  /// options (in `help_groups`), not CAF's.
+  static bool own_option(const std::string& name);
+
   node_options node_opts() const;
   log::log_options log_opts() const;
+  /// The listener's options. Its TLS context is `listener_tls`'s.
   http_server_options http_opts() const;
+
+  /// The listener's TLS context from `http.tls-certificate` and
+  /// `http.tls-key`: null without them; nothing, with `error` naming the
+  /// option and the file, when they do not load.
+  std::optional<std::shared_ptr<const server_tls>>
+  listener_tls(std::string& error) const;
   routed_service_options service_opts() const;
 
   /// True when `cluster.id` is set: the node runs Raft with `cluster.peers`.
@@ -107,6 +140,10 @@ public:
   caf::timespan response_timeout = http_server_options{}.response_timeout;
   size_t max_connections = http_server_options{}.max_connections;
   caf::timespan shutdown_grace = http_server_options{}.shutdown_grace;
+  std::string tls_certificate;
+  std::string tls_key;
+  caf::timespan tls_handshake_timeout =
+    http_server_options{}.tls_handshake_timeout;
   std::vector<std::string> trusted_proxies;
   std::vector<std::string> forwarded_headers =
     to_strings(proxy_options{}.headers);

@@ -152,37 +152,109 @@ void print_effective(const node_config& cfg) {
         }
 }
 
-// `--help`: every option with its type, default and meaning, by group.
+std::string text(caf::string_view x) {
+  return std::string{x.data(), x.size()};
+}
+
+// `group.key`, or `key` for a top-level option.
+std::string full_name(const caf::config_option& opt) {
+  auto category = text(opt.category());
+  return category == "global" ? text(opt.long_name())
+                              : category + "." + text(opt.long_name());
+}
+
+const caf::config_option* find_option(const node_config& cfg,
+                                      const std::string& name) {
+  auto dot = name.find('.');
+  if (dot == std::string::npos)
+    return cfg.options().qualified_name_lookup("global", name);
+  return cfg.options().qualified_name_lookup(name.substr(0, dot),
+                                             name.substr(dot + 1));
+}
+
+// `--NAME=<type>  (default: X)`, the default left out when there is none
+// (an empty string or list, a flag that is off). Secrets masked.
+std::string option_head(const caf::config_option& opt) {
+  auto name = full_name(opt);
+  std::string res = "--" + name;
+  if (!opt.is_flag())
+    res += "=<" + text(opt.type_name()) + '>';
+  std::string def;
+  if (auto value = opt.get())
+    def = printable(name, *value);
+  if (!def.empty() && def != "\"\"" && def != "[]"
+      && !(opt.is_flag() && def == "false"))
+    res += "  (default: " + def + ')';
+  return res;
+}
+
+void print_usage(const std::string& version) {
+  std::cout
+    << "oncegate " << version
+    << ": webhook idempotency gateway (one node or a Raft cluster)\n"
+       "usage: oncegate [--config-file=FILE] [--OPTION=VALUE ...]\n"
+       "       oncegate --check-config FILE [--OPTION=VALUE ...]  (or "
+       "--dump-config)\n"
+       "       oncegate --data-dir=DIR --backup-to=FILE | --version\n"
+       "INI file: [group] key=value ([keys] ttl=72h is --keys.ttl=72h); the "
+       "command line wins.\n";
+}
+
+// `--help`: oncegate's own options, one line each, by what an operator
+// configures; tuning options by name. Short: `--long-help` has the rest.
 void print_help(const node_config& cfg, const std::string& version) {
-  auto text = [](caf::string_view x) {
-    return std::string{x.data(), x.size()};
-  };
-  std::cout << "oncegate " << version
-            << ": webhook idempotency gateway (one node or a Raft cluster)\n\n"
-               "usage: oncegate [--config-file=FILE] [--OPTION=VALUE ...]\n"
-               "       oncegate --check-config FILE [--OPTION=VALUE ...]\n"
-               "       oncegate --data-dir=DIR --backup-to=FILE\n\n"
-               "Options (INI file: [group] key=value; command line wins):\n";
-  std::string group;
-  for (auto& opt : cfg.options()) {
-    auto category = text(opt.category());
-    if (category != group) {
-      group = category;
-      std::cout << '\n' << group << ":\n";
+  print_usage(version);
+  std::cout << "--long-help: every option in full, the actor framework's "
+               "(CAF) too. No secret is printed.\n";
+  constexpr size_t width = 92;
+  for (auto& group : node_config::help_groups()) {
+    std::cout << '\n' << group.title << ":\n";
+    for (auto note : group.notes)
+      std::cout << "  " << note << '\n';
+    for (auto& entry : group.options) {
+      auto opt = find_option(cfg, entry.name);
+      if (opt == nullptr) // a name in the table that is no option: a bug
+        continue;
+      std::cout << "  " << option_head(*opt) << "  " << entry.words << '\n';
     }
-    auto name = category == "global"
-                  ? text(opt.long_name())
-                  : category + "." + text(opt.long_name());
-    std::string def;
-    if (auto value = opt.get())
-      def = printable(name, *value);
-    std::cout << "  --" << name;
-    if (!opt.is_flag())
-      std::cout << "=<" << text(opt.type_name()) << '>';
-    if (!def.empty() && def != "\"\"" && def != "[]")
-      std::cout << "  (default: " << def << ')';
-    std::cout << "\n      " << text(opt.description()) << '\n';
+    if (group.tuning.empty())
+      continue;
+    std::string line = "  tuning:";
+    for (auto name : group.tuning) {
+      auto word = std::string{" --"} + name;
+      if (line.size() + word.size() > width) {
+        std::cout << line << '\n';
+        line = "         ";
+      }
+      line += word;
+    }
+    std::cout << line << '\n';
   }
+}
+
+// `--long-help`: every option with its type, default and meaning, by
+// group; oncegate's first, then CAF's.
+void print_long_help(const node_config& cfg, const std::string& version) {
+  print_usage(version);
+  auto print = [&](bool own) {
+    std::string group;
+    for (auto& opt : cfg.options()) {
+      if (node_config::own_option(full_name(opt)) != own)
+        continue;
+      auto category = text(opt.category());
+      if (category != group) {
+        group = category;
+        std::cout << '\n' << group << ":\n";
+      }
+      std::cout << "  " << option_head(opt) << "\n      "
+                << text(opt.description()) << '\n';
+    }
+  };
+  std::cout << "\noncegate's options:\n";
+  print(true);
+  std::cout << "\nThe actor framework's (CAF 0.17) options, with oncegate's "
+               "defaults:\n";
+  print(false);
 }
 
 // `--backup-to=FILE`: copies the database of `data-dir` (running node or
@@ -220,6 +292,11 @@ int backup(const node_config& cfg) {
 int run_node(int argc, char** argv, const run_options& ro) {
   // A peer that closes early must cost an error code, not the process.
   std::signal(SIGPIPE, SIG_IGN);
+  // SIGHUP reloads the listener's TLS files once the listener catches
+  // signals (`http_server::handle_signals`); before and after that it must
+  // not end the node (the default action), e.g. a `systemctl reload` while
+  // it starts or stops.
+  std::signal(SIGHUP, SIG_IGN);
   // Everything the node writes (database, WAL, Raft log, backups, log
   // files) is for its owner only.
   ::umask(077);
@@ -231,12 +308,16 @@ int run_node(int argc, char** argv, const run_options& ro) {
   node_config cfg;
   bool check = false;
   auto args = expand_check_config(argc, argv, check);
-  for (size_t i = 1; i < args.size(); ++i)
-    if (args[i] == "--help" || args[i] == "-h" || args[i] == "-?"
-        || args[i] == "--long-help") {
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h" || args[i] == "-?") {
       print_help(cfg, ro.version);
       return 0;
     }
+    if (args[i] == "--long-help") {
+      print_long_help(cfg, ro.version);
+      return 0;
+    }
+  }
   std::vector<char*> arg_ptrs;
   for (auto& arg : args)
     arg_ptrs.push_back(arg.data());
@@ -280,6 +361,16 @@ int run_node(int argc, char** argv, const run_options& ro) {
   }
   if (!cfg.backup_to.empty())
     return backup(cfg);
+  auto listener_tls = cfg.listener_tls(error);
+  if (!listener_tls) {
+    std::cerr << "oncegate: bad configuration: " << error << '\n';
+    return 2;
+  }
+  if (*listener_tls && (*listener_tls)->out_of_validity())
+    warnings.push_back("http.tls-certificate: " + cfg.tls_certificate
+                       + " is outside its validity (not after "
+                       + (*listener_tls)->not_after()
+                       + "): clients refuse it");
   if (check) {
     // Everything that can be checked without starting: print the result.
     std::cout << "# oncegate " << ro.version << ": configuration OK ("
@@ -288,6 +379,10 @@ int run_node(int argc, char** argv, const run_options& ro) {
               << ")\n";
     for (auto& w : warnings)
       std::cout << "# warning: " << w << '\n';
+    if (*listener_tls)
+      std::cout << "# https: certificate serial "
+                << (*listener_tls)->serial() << ", not after "
+                << (*listener_tls)->not_after() << '\n';
     print_effective(cfg);
     return 0;
   }
@@ -377,6 +472,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
   auto exit_code = 0;
   {
     auto hopts = cfg.http_opts();
+    hopts.tls = std::move(*listener_tls);
     // Descriptors besides the listener's connections: SQLite, Raft, logs
     // (about 15 measured) and every upstream pool's connections.
     for (auto& r : web->routes.routes)
@@ -389,8 +485,15 @@ int run_node(int argc, char** argv, const run_options& ro) {
       log::gateway()->critical("node.listen_failed error={}", error);
       exit_code = 1;
     } else {
-      log::gateway()->info("node.ready http={}:{} data_dir={}", cfg.http_host,
-                           server->port(), cfg.data_dir);
+      // Before the ready line: a signal sent after it meets the server.
+      server->handle_signals();
+      if (hopts.tls)
+        log::gateway()->info("http.tls certificate={} serial={} not_after={}",
+                             hopts.tls->files().certificate,
+                             hopts.tls->serial(), hopts.tls->not_after());
+      log::gateway()->info("node.ready http={}:{} tls={} data_dir={}",
+                           cfg.http_host, server->port(),
+                           server->tls() ? "on" : "off", cfg.data_dir);
       // One machine-readable line on stdout for scripts and tests.
       std::cout << "oncegate ready http=" << cfg.http_host << ':'
                 << server->port() << std::endl;
@@ -415,6 +518,8 @@ int run_node(int argc, char** argv, const run_options& ro) {
     }
     caches->attach(nullptr);
   }
+  // The server is gone, and with it the SIGHUP handler: back to ignoring.
+  std::signal(SIGHUP, SIG_IGN);
   // Every HTTP request is answered; now stop the actors. The store commits
   // what it holds before it exits, and the actor system waits for it.
   service.reset();

@@ -19,8 +19,9 @@ struct run_options {
 };
 
 /// The whole life of one node: parses the command line and the config file,
-/// starts the actors (and Raft, with `cluster.id`), serves HTTP until SIGINT
-/// or SIGTERM, shuts down cleanly. Returns the process exit code: 0, 1 when
+/// starts the actors (and Raft, with `cluster.id`), serves HTTP (HTTPS with
+/// `http.tls-*`, reloaded on SIGHUP) until SIGINT or SIGTERM, shuts down
+/// cleanly. Returns the process exit code: 0, 1 when
 /// the node could not start, 2 for a bad configuration.
 int run_node(int argc, char** argv, const run_options& ro);
 

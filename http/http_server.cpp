@@ -1,11 +1,14 @@
 // The listener: binding, the accept loop with its back-off, the
-// connection cap and descriptor limit, the deadline sweep, and shutdown.
-// A connection's own reading and writing is `http/http_session.*`.
+// connection cap and descriptor limit, the deadline sweep, signals, the
+// TLS context's reload, and shutdown. A connection's own reading and
+// writing (and its TLS handshake) is `http/http_session.*`; making a TLS
+// context from files is `http/server_tls.*`.
 #include "http/http_server.hpp"
 
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <csignal>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -17,6 +20,7 @@
 #include "common/logging.hpp"
 #include "http/http_session.hpp"
 #include "http/server_impl.hpp"
+#include "http/server_tls.hpp"
 #include "http/transport_errors.hpp"
 
 namespace oncegate::gateway {
@@ -29,6 +33,29 @@ constexpr auto accept_log_interval = std::chrono::seconds(5);
 /// First and longest wait before accepting again after a failed accept.
 constexpr auto accept_backoff_min = std::chrono::milliseconds(10);
 constexpr auto accept_backoff_max = std::chrono::milliseconds(1000);
+
+// Waits for the next signal: SIGHUP reloads the TLS context and waits
+// again; SIGINT and SIGTERM stop the server.
+void wait_for_signal(std::shared_ptr<http_server::impl> ptr) {
+  auto& signals = ptr->signals;
+  signals.async_wait([ptr = std::move(ptr)](beast::error_code ec, int sig) {
+    if (ec)
+      return;
+    log::gateway()->info("http.signal signal={}", sig);
+    if (sig == SIGHUP) {
+      // Loading files is not for the acceptor's strand (accepts would
+      // wait); the swap itself is under the TLS lock.
+      std::string error;
+      ptr->reload_tls(error);
+      if (!ptr->stopping)
+        wait_for_signal(ptr);
+      return;
+    }
+    // On the acceptor's strand, like `stop`: the accept state (retry
+    // timer included) is only touched there.
+    net::post(ptr->acceptor.get_executor(), [ptr] { ptr->begin_stop(); });
+  });
+}
 
 } // namespace
 
@@ -64,8 +91,8 @@ void http_server::impl::on_accept(beast::error_code ec, tcp::socket sock) {
   }
   accept_backoff = std::chrono::milliseconds{0};
   auto id = next_conn++;
-  auto s = std::make_shared<detail::http_session>(shared_from_this(),
-                                                  std::move(sock), id);
+  auto s = detail::make_session(shared_from_this(), std::move(sock), id,
+                                tls_on ? current_tls() : nullptr);
   {
     std::lock_guard<std::mutex> guard{mtx};
     sessions.emplace(id, s);
@@ -168,8 +195,8 @@ void http_server::impl::session_closed(uint64_t id) {
 constexpr auto sweep_interval = std::chrono::milliseconds(100);
 
 void http_server::impl::sweep() {
-  std::vector<std::shared_ptr<detail::http_session>> due;
-  auto now = detail::http_session::now_ns();
+  std::vector<std::shared_ptr<detail::session_base>> due;
+  auto now = detail::session_base::now_ns();
   {
     std::lock_guard<std::mutex> guard{mtx};
     for (auto& [id, weak] : sessions)
@@ -195,7 +222,7 @@ void http_server::impl::begin_stop() {
   acceptor.close(ignored);
   accept_retry.cancel();
   signals.cancel(ignored);
-  std::vector<std::shared_ptr<detail::http_session>> open;
+  std::vector<std::shared_ptr<detail::session_base>> open;
   {
     std::lock_guard<std::mutex> guard{mtx};
     for (auto& [id, weak] : sessions)
@@ -216,6 +243,42 @@ void http_server::impl::begin_stop() {
       self->ioc.stop();
     }
   });
+}
+
+std::shared_ptr<const server_tls> http_server::impl::current_tls() {
+  std::lock_guard<std::mutex> guard{tls_mtx};
+  return tls;
+}
+
+bool http_server::impl::reload_tls(std::string& error) {
+  auto old = current_tls();
+  if (!old) {
+    error = "the listener has no TLS (http.tls-certificate)";
+    log::gateway()->info("http.tls_reload_skipped reason=no_tls");
+    return false;
+  }
+  server_tls_files::part culprit{};
+  auto fresh = server_tls::load(old->files(), error, culprit);
+  if (!fresh) {
+    log::gateway()->error("http.tls_reload_failed error={} (new "
+                          "connections keep certificate serial={} "
+                          "not_after={})",
+                          error, old->serial(), old->not_after());
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> guard{tls_mtx};
+    tls = fresh;
+  }
+  log::gateway()->info("http.tls_reloaded certificate={} serial={} "
+                       "not_after={} previous_serial={}",
+                       fresh->files().certificate, fresh->serial(),
+                       fresh->not_after(), old->serial());
+  if (fresh->out_of_validity())
+    log::gateway()->warn("http.tls_certificate_out_of_validity "
+                         "certificate={} not_after={} (clients refuse it)",
+                         fresh->files().certificate, fresh->not_after());
+  return true;
 }
 
 std::unique_ptr<http_server>
@@ -257,6 +320,24 @@ std::size_t http_server::max_connections() const {
   return impl_->opts.max_connections;
 }
 
+bool http_server::tls() const {
+  return impl_->tls_on;
+}
+
+bool http_server::reload_tls(std::string& error) {
+  return impl_->reload_tls(error);
+}
+
+void http_server::handle_signals() {
+  auto& st = *impl_;
+  if (st.signals_caught.exchange(true))
+    return;
+  st.signals.add(SIGINT);
+  st.signals.add(SIGTERM);
+  st.signals.add(SIGHUP);
+  wait_for_signal(impl_);
+}
+
 uint16_t http_server::port() const {
   beast::error_code ec;
   auto ep = impl_->acceptor.local_endpoint(ec);
@@ -265,19 +346,8 @@ uint16_t http_server::port() const {
 
 void http_server::run(bool handle_signals) {
   auto& st = *impl_;
-  if (handle_signals) {
-    st.signals.add(SIGINT);
-    st.signals.add(SIGTERM);
-    st.signals.async_wait([ptr = impl_](beast::error_code ec, int sig) {
-      if (!ec) {
-        log::gateway()->info("http.signal signal={}", sig);
-        // On the acceptor's strand, like `stop`: the accept state (retry
-        // timer included) is only touched there.
-        net::post(ptr->acceptor.get_executor(),
-                  [ptr] { ptr->begin_stop(); });
-      }
-    });
-  }
+  if (handle_signals)
+    this->handle_signals();
   net::dispatch(st.acceptor.get_executor(), [ptr = impl_] {
     if (!ptr->stopping) {
       ptr->do_accept();

@@ -10,6 +10,8 @@
 
 namespace oncegate::gateway {
 
+class server_tls;
+
 /// Limits and addresses of the HTTP listener. Every limit is explicit.
 struct http_server_options {
   std::string host = "127.0.0.1";
@@ -41,6 +43,12 @@ struct http_server_options {
   std::size_t fd_reserve = 64;
   /// Longest wait for in-flight requests on shutdown.
   std::chrono::milliseconds shutdown_grace{10000};
+  /// HTTPS on the listener with this context (`server_tls::load`); null:
+  /// plain HTTP. `reload_tls` replaces it for new connections.
+  std::shared_ptr<const server_tls> tls;
+  /// From accept to the end of the TLS handshake; beyond: closed. The
+  /// handshake counts against `max_connections` like any connection.
+  std::chrono::milliseconds tls_handshake_timeout{5000};
 };
 
 /// An asynchronous HTTP/1.1 server (Boost.Beast). It never blocks its
@@ -61,6 +69,21 @@ public:
   /// The effective connection cap (`max_connections`, or less when the
   /// descriptor limit could not fit it).
   std::size_t max_connections() const;
+
+  /// Whether the listener speaks HTTPS.
+  bool tls() const;
+
+  /// Catches signals from now on: SIGINT and SIGTERM stop the server,
+  /// SIGHUP reloads its TLS files (`reload_tls`; logged and ignored without
+  /// TLS). Call before announcing readiness, so that no signal sent after
+  /// it meets the default action; `run(true)` calls it if nobody did.
+  void handle_signals();
+
+  /// Re-reads the certificate and key files into a new TLS context: new
+  /// connections use it, open ones keep theirs. When the files do not load
+  /// (or the listener has no TLS) the current context stays; returns false
+  /// with `error` saying why. Logged either way. Thread-safe.
+  bool reload_tls(std::string& error);
 
   /// Serves until `stop` (or SIGINT/SIGTERM when `handle_signals`), using
   /// `threads` threads including the caller; returns once every connection

@@ -2,9 +2,10 @@
 
 // @private: one client connection of the HTTP server: reading a request
 // under its limits and deadlines, handing it to the handler, writing the
-// answer back on the connection's strand. Must not live here: accepting,
-// the connection cap and shutdown of the listener (`http/http_server.cpp`),
-// anything of what a request means (the handler's).
+// answer back on the connection's strand; over TLS, the handshake first.
+// Must not live here: accepting, the connection cap and shutdown of the
+// listener (`http/http_server.cpp`), the TLS context and its reload
+// (`http/server_tls.*`), anything of what a request means (the handler's).
 
 #include <atomic>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -23,38 +25,100 @@ namespace oncegate::gateway::detail {
 
 namespace http = beast::http;
 
-/// A connection's phases, each under its own deadline (`arm`):
-///
-///   idle ──first bytes──> header ──> body ──> handling ──> writing ──┐
-///    ^                                                               │
-///    └────────────────────────── keep-alive ─────────────────────────┘
-///
-/// Past the deadline: idle closes, header and body answer 408, handling
-/// answers 503, writing closes.
-class http_session : public std::enable_shared_from_this<http_session> {
+/// What the listener needs of every connection, whatever its stream: the
+/// sweep's deadline check, start and shutdown. Virtual calls happen only
+/// there (once per connection, or when a deadline is due), never per byte:
+/// the reading and writing are the stream's own type's
+/// (`http_session<Stream>`).
+class session_base {
 public:
-  http_session(std::shared_ptr<http_server::impl> srv, tcp::socket&& sock,
-               uint64_t id);
+  virtual ~session_base() = default;
 
-  void start();
+  /// Begins serving: over TLS the handshake, then requests.
+  virtual void start() = 0;
 
-  // Called by the server's sweep from another thread: cheap, no syscall.
-  bool overdue(int64_t now_ns) const;
+  /// Sends 503 and closes: the connection cap is reached (over TLS after
+  /// the handshake, so that the client can read it).
+  virtual void reject() = 0;
 
-  // Runs the timeout on the session's strand if it is still due there.
-  void check_deadline();
+  /// Runs the timeout on the session's strand if it is still due there.
+  virtual void check_deadline() = 0;
+
+  /// Server shutdown: idle connections close now, busy ones after their
+  /// response.
+  virtual void shutdown() = 0;
+
+  /// Called by the server's sweep from another thread: cheap, no syscall.
+  bool overdue(int64_t now_ns) const {
+    return deadline_ns_.load(std::memory_order_relaxed) <= now_ns;
+  }
 
   static int64_t now_ns();
 
-  // Sends 503 and closes: the connection cap is reached.
-  void reject();
+protected:
+  std::atomic<int64_t> deadline_ns_{std::numeric_limits<int64_t>::max()};
+};
 
-  // Server shutdown: idle connections close now, busy ones after their
-  // response.
-  void shutdown();
+/// A new connection on `sock`: plain HTTP when `tls` is null, else HTTPS
+/// made from that context, which the connection keeps alive (a reload does
+/// not change it). Not started yet.
+std::shared_ptr<session_base>
+make_session(std::shared_ptr<http_server::impl> srv, tcp::socket&& sock,
+             uint64_t id, std::shared_ptr<const server_tls> tls);
+
+/// A connection's phases, each under its own deadline (`arm`):
+///
+///   (TLS: handshake) ──> idle ──first bytes──> header ──> body ──>
+///      handling ──> writing ──┬── keep-alive ──> idle
+///                             └── (TLS: closing, close_notify) ──> closed
+///
+/// Past the deadline: handshake, idle and closing close, header and body
+/// answer 408, handling answers 503, writing closes.
+///
+/// `Stream` is `beast::tcp_stream` (plain) or
+/// `beast::ssl_stream<beast::tcp_stream>` (TLS); both are instantiated in
+/// `http_session.cpp` only. The plain one has no TLS step at all.
+template <class Stream>
+class http_session : public session_base,
+                     public std::enable_shared_from_this<http_session<Stream>> {
+public:
+  static constexpr bool is_tls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  http_session(std::shared_ptr<http_server::impl> srv, tcp::socket&& sock,
+               uint64_t id, std::shared_ptr<const server_tls> tls);
+
+  void start() override;
+
+  void reject() override;
+
+  void check_deadline() override;
+
+  void shutdown() override;
 
 private:
-  enum class phase { idle, header, body, handling, writing, closed };
+  enum class phase {
+    handshake,
+    idle,
+    header,
+    body,
+    handling,
+    writing,
+    closing,
+    closed
+  };
+
+  tcp::socket& socket() {
+    return beast::get_lowest_layer(stream_).socket();
+  }
+
+  // TLS only: waits for the client's first byte. A TLS record starts the
+  // handshake; anything else is plain HTTP sent to the HTTPS port, which
+  // gets a plain 400 (`refuse_plain`) instead of a failed handshake.
+  void await_client_hello();
+
+  void handshake();
+
+  void refuse_plain();
 
   // A connection waits for its next request under the idle timeout; once
   // bytes of a request are seen, the header timeout applies. Beast parses a
@@ -77,6 +141,10 @@ private:
 
   void build(http_response res);
 
+  // After the last response: over TLS a close_notify first (bounded by the
+  // closing deadline), then `close`.
+  void finish();
+
   // How often an idle connection is looked at for the first bytes of a
   // request: a request's header timeout starts at most this late.
   std::chrono::milliseconds idle_check() const;
@@ -92,7 +160,10 @@ private:
   void close();
 
   std::shared_ptr<http_server::impl> srv_;
-  beast::tcp_stream stream_;
+  /// The TLS context `stream_` was made from (null: plain): declared
+  /// before it, so that it outlives the stream.
+  std::shared_ptr<const server_tls> tls_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;
@@ -100,7 +171,6 @@ private:
   std::string remote_;
   uint64_t id_;
   uint64_t req_id_ = 0;
-  std::atomic<int64_t> deadline_ns_{std::numeric_limits<int64_t>::max()};
   int64_t idle_since_ns_ = 0;
   phase phase_ = phase::idle;
   bool timed_out_ = false;
@@ -109,6 +179,8 @@ private:
   bool keep_open_ = true;
   /// The current request is a HEAD: headers only.
   bool head_ = false;
+  /// TLS: the connection is over the cap; answer 503 after the handshake.
+  bool over_cap_ = false;
   /// HTTP version of the current request (10 or 11).
   unsigned version_ = 11;
 };

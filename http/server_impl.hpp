@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -31,7 +33,7 @@ using tcp = net::ip::tcp;
 
 namespace detail {
 
-class http_session;
+class session_base;
 
 } // namespace detail
 
@@ -55,8 +57,16 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
   std::atomic<uint64_t> next_conn{1};
   std::atomic<std::size_t> connections{0};
   std::atomic<bool> stopping{false};
+  /// `handle_signals` ran (once per server).
+  std::atomic<bool> signals_caught{false};
   std::mutex mtx;
-  std::unordered_map<uint64_t, std::weak_ptr<detail::http_session>> sessions;
+  std::unordered_map<uint64_t, std::weak_ptr<detail::session_base>> sessions;
+  /// Whether the listener speaks HTTPS (fixed at `listen`).
+  bool tls_on = false;
+  /// The TLS context new connections are made from; a reload swaps it.
+  /// Under `tls_mtx`, taken once per accepted TLS connection.
+  std::mutex tls_mtx;
+  std::shared_ptr<const server_tls> tls;
 
   impl(const http_server_options& o, request_handler& h)
     : opts(o),
@@ -66,7 +76,11 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
       signals(ioc),
       grace(acceptor.get_executor()),
       sweeper(acceptor.get_executor()),
-      accept_retry(acceptor.get_executor()) {
+      accept_retry(acceptor.get_executor()),
+      tls_on(o.tls != nullptr),
+      // Held here only: `opts` keeping it would pin the first context
+      // after every reload.
+      tls(std::move(opts.tls)) {
     // nop
   }
 
@@ -78,6 +92,9 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
   void begin_stop();
   void session_closed(uint64_t id);
   void sweep();
+  /// The context for the next connection (null: plain HTTP).
+  std::shared_ptr<const server_tls> current_tls();
+  bool reload_tls(std::string& error);
 };
 
 } // namespace oncegate::gateway

@@ -1,4 +1,5 @@
 #include "http/upstream_tls.hpp"
+#include "http/tls_support.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -19,25 +20,9 @@ namespace oncegate::gateway {
 
 namespace ssl = boost::asio::ssl;
 
-namespace {
+using detail::openssl_reason;
 
-// OpenSSL's reason for the oldest error on this thread's queue (the cause;
-// later entries wrap it), then the queue emptied so that no later call on
-// this thread mistakes it for its own.
-std::string openssl_reason(unsigned long* first = nullptr) {
-  auto code = ERR_get_error();
-  if (first != nullptr)
-    *first = code;
-  std::string res;
-  if (code != 0) {
-    auto reason = ERR_reason_error_string(code);
-    res = reason ? reason : "error " + std::to_string(ERR_GET_REASON(code));
-  } else {
-    res = "unknown error";
-  }
-  ERR_clear_error();
-  return res;
-}
+namespace {
 
 // Whether `path` opens for reading; sets `error` to why not. OpenSSL's own
 // message for a missing file ("system lib") says less than errno.
