@@ -1,0 +1,307 @@
+#include "cli/transport.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+namespace oncegate::cli {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using steady = std::chrono::steady_clock;
+using error_code = beast::error_code;
+
+std::string duration_text(std::chrono::milliseconds d) {
+  if (d.count() % 1000 == 0)
+    return std::to_string(d.count() / 1000) + " s";
+  return std::to_string(d.count()) + " ms";
+}
+
+bool name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-'
+         || c == '_';
+}
+
+bool v6_char(char c) {
+  return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.';
+}
+
+// One request from resolution to the complete answer, on the caller's
+// io_context, which runs until it is done. Each step is bounded: resolve
+// and connect by the connect deadline, sending and reading by the
+// request's. Beast's tcp_stream closes the socket when its deadline passes,
+// so a node that accepts and never answers costs the deadline, no more.
+class exchange {
+public:
+  exchange(asio::io_context& ioc, const node_address& where,
+           const transport_limits& limits, http::request<http::string_body> req)
+    : where_(where),
+      limits_(limits),
+      resolver_(ioc),
+      resolve_timer_(ioc),
+      stream_(ioc),
+      req_(std::move(req)),
+      deadline_(steady::now() + limits.request),
+      connect_deadline_(std::min(steady::now() + limits.connect, deadline_)) {
+    parser_.body_limit(limits.max_body);
+    parser_.header_limit(static_cast<std::uint32_t>(limits.max_header));
+  }
+
+  void start() {
+    error_code ec;
+    auto addr = asio::ip::make_address(where_.host, ec);
+    if (!ec) {
+      endpoints_.emplace_back(addr, where_.port);
+      return do_connect();
+    }
+    do_resolve();
+  }
+
+  std::variant<node_answer, transport_failure> result() {
+    if (answer_)
+      return std::move(*answer_);
+    return transport_failure{failure_.empty() ? "no answer" : failure_};
+  }
+
+private:
+  void do_resolve() {
+    resolve_timer_.expires_at(connect_deadline_);
+    resolve_timer_.async_wait([this](error_code ec) {
+      if (!ec) {
+        resolve_timed_out_ = true;
+        resolver_.cancel();
+      }
+    });
+    resolver_.async_resolve(
+      where_.host, std::to_string(where_.port),
+      [this](error_code ec, tcp::resolver::results_type results) {
+        on_resolve(ec, std::move(results));
+      });
+  }
+
+  void on_resolve(error_code ec, tcp::resolver::results_type results) {
+    resolve_timer_.cancel();
+    if (resolve_timed_out_)
+      return fail("resolving " + where_.host + ": no answer within "
+                  + duration_text(limits_.connect));
+    if (ec)
+      return fail("resolving " + where_.host + ": " + ec.message());
+    for (auto& entry : results)
+      endpoints_.push_back(entry.endpoint());
+    do_connect();
+  }
+
+  void do_connect() {
+    stream_.expires_at(connect_deadline_);
+    stream_.async_connect(endpoints_,
+                          [this](error_code ec, const tcp::endpoint&) {
+                            on_connect(ec);
+                          });
+  }
+
+  void on_connect(error_code ec) {
+    if (ec == beast::error::timeout)
+      return fail("connect: no connection within "
+                  + duration_text(std::min(limits_.connect, limits_.request)));
+    if (ec)
+      return fail("connect: " + ec.message());
+    stream_.expires_at(deadline_);
+    http::async_write(stream_, req_, [this](error_code ec, std::size_t) {
+      on_write(ec);
+    });
+  }
+
+  void on_write(error_code ec) {
+    if (ec == beast::error::timeout)
+      return fail("no answer within " + duration_text(limits_.request));
+    if (ec)
+      return fail("sending the request: " + ec.message());
+    http::async_read(stream_, buffer_, parser_,
+                     [this](error_code ec, std::size_t) { on_read(ec); });
+  }
+
+  void on_read(error_code ec) {
+    if (ec == beast::error::timeout)
+      return fail("no complete answer within "
+                  + duration_text(limits_.request));
+    if (ec == http::error::body_limit)
+      return fail("the answer's body is larger than "
+                  + std::to_string(limits_.max_body) + " bytes");
+    if (ec == http::error::header_limit)
+      return fail("the answer's header block is larger than "
+                  + std::to_string(limits_.max_header) + " bytes");
+    if (ec == http::error::end_of_stream || ec == asio::error::eof)
+      return fail("the node closed the connection without a complete "
+                  "answer");
+    if (ec)
+      return fail("reading the answer: " + ec.message());
+    auto& res = parser_.get();
+    node_answer out;
+    out.status = static_cast<int>(res.result_int());
+    if (auto ct = res.find(http::field::content_type); ct != res.end())
+      out.content_type = std::string{ct->value()};
+    if (auto ra = res.find(http::field::retry_after); ra != res.end())
+      out.retry_after = std::string{ra->value()};
+    out.body = std::move(res.body());
+    answer_ = std::move(out);
+    close();
+  }
+
+  void fail(std::string what) {
+    failure_ = std::move(what);
+    close();
+  }
+
+  void close() {
+    error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+  }
+
+  const node_address& where_;
+  const transport_limits& limits_;
+  tcp::resolver resolver_;
+  asio::steady_timer resolve_timer_;
+  bool resolve_timed_out_ = false;
+  std::vector<tcp::endpoint> endpoints_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  http::request<http::string_body> req_;
+  http::response_parser<http::string_body> parser_;
+  steady::time_point deadline_;
+  steady::time_point connect_deadline_;
+  std::optional<node_answer> answer_;
+  std::string failure_;
+};
+
+} // namespace
+
+std::string node_address::authority() const {
+  auto port_text = std::to_string(port);
+  if (host.find(':') != std::string::npos)
+    return "[" + host + "]:" + port_text;
+  return host + ":" + port_text;
+}
+
+std::string node_address::url() const {
+  return "http://" + authority();
+}
+
+std::variant<node_address, std::string> parse_node_address(std::string_view text) {
+  auto lower_prefix = [&text](std::string_view prefix) {
+    if (text.size() < prefix.size())
+      return false;
+    for (size_t i = 0; i < prefix.size(); ++i)
+      if (std::tolower(static_cast<unsigned char>(text[i])) != prefix[i])
+        return false;
+    return true;
+  };
+  if (lower_prefix("https://"))
+    return std::string{"https is not spoken: give the node's own listener "
+                       "(http://HOST:PORT), e.g. through an SSH tunnel"};
+  if (lower_prefix("http://"))
+    text.remove_prefix(7);
+  else if (text.find("://") != std::string_view::npos)
+    return std::string{"expected http://HOST:PORT or HOST:PORT"};
+  if (!text.empty() && text.back() == '/')
+    text.remove_suffix(1);
+  if (text.find_first_of("/?#@") != std::string_view::npos)
+    return std::string{"expected http://HOST:PORT without a path, query or "
+                       "user"};
+  node_address out;
+  std::string_view port_text;
+  if (!text.empty() && text.front() == '[') {
+    auto close = text.find(']');
+    if (close == std::string_view::npos)
+      return std::string{"unclosed [ in the address"};
+    auto host = text.substr(1, close - 1);
+    if (host.empty() || !std::all_of(host.begin(), host.end(), v6_char))
+      return std::string{"expected an IPv6 address in [ ]"};
+    out.host = std::string{host};
+    auto rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':')
+        return std::string{"expected :PORT after ]"};
+      port_text = rest.substr(1);
+      if (port_text.empty())
+        return std::string{"expected a port after :"};
+    }
+  } else {
+    auto colon = text.find(':');
+    if (colon != std::string_view::npos
+        && text.find(':', colon + 1) != std::string_view::npos)
+      return std::string{"write an IPv6 address in brackets: [::1]:8080"};
+    auto host = text.substr(0, colon);
+    if (host.empty() || !std::all_of(host.begin(), host.end(), name_char))
+      return std::string{"expected a host name or address"};
+    out.host = std::string{host};
+    if (colon != std::string_view::npos) {
+      port_text = text.substr(colon + 1);
+      if (port_text.empty())
+        return std::string{"expected a port after :"};
+    }
+  }
+  if (!port_text.empty()) {
+    uint32_t port = 0;
+    if (port_text.size() > 5
+        || !std::all_of(port_text.begin(), port_text.end(),
+                        [](char c) { return c >= '0' && c <= '9'; }))
+      return std::string{"the port must be 1..65535"};
+    for (auto c : port_text)
+      port = port * 10 + static_cast<uint32_t>(c - '0');
+    if (port < 1 || port > 65535)
+      return std::string{"the port must be 1..65535"};
+    out.port = static_cast<uint16_t>(port);
+  }
+  return out;
+}
+
+node_client::node_client(node_address where, std::string token,
+                         transport_limits limits, std::string user_agent)
+  : where_(std::move(where)),
+    token_(std::move(token)),
+    limits_(limits),
+    user_agent_(std::move(user_agent)) {
+  // nop
+}
+
+std::variant<node_answer, transport_failure>
+node_client::send(const node_request& req) const {
+  auto verb = http::string_to_verb(req.method);
+  if (verb == http::verb::unknown)
+    return transport_failure{"unknown method " + req.method};
+  http::request<http::string_body> msg{verb, req.target, 11};
+  msg.set(http::field::host, where_.authority());
+  msg.set(http::field::user_agent, user_agent_);
+  msg.set(http::field::accept, "application/json, application/problem+json");
+  msg.set(http::field::connection, "close");
+  if (!token_.empty())
+    msg.set(http::field::authorization, "Bearer " + token_);
+  if (!req.json_body.empty()) {
+    msg.set(http::field::content_type, "application/json");
+    msg.body() = req.json_body;
+  }
+  msg.prepare_payload();
+  asio::io_context ioc;
+  exchange ex{ioc, where_, limits_, std::move(msg)};
+  ex.start();
+  ioc.run();
+  return ex.result();
+}
+
+} // namespace oncegate::cli
