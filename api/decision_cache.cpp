@@ -1,6 +1,8 @@
 #include "api/decision_cache.hpp"
 
+#include <algorithm>
 #include <functional>
+#include <tuple>
 
 namespace oncegate::gateway {
 
@@ -10,9 +12,35 @@ constexpr std::size_t shard_count = 64;
 
 } // namespace
 
-// What an entry costs beyond its strings: the map node, the key's copy in
-// `order`, and the allocators' headers.
+// What an entry costs beyond its key and stored answer: the map node (with
+// the fingerprint and the order links), its bucket, the allocators'
+// headers.
 constexpr std::size_t entry_overhead = 160;
+
+void decision_cache::shard::link(node& n) {
+  n.second.older = newest;
+  n.second.newer = nullptr;
+  if (newest != nullptr)
+    newest->second.newer = &n;
+  else
+    oldest = &n;
+  newest = &n;
+}
+
+void decision_cache::shard::erase(
+  std::unordered_map<std::string, entry>::iterator i) {
+  auto& e = i->second;
+  (e.older != nullptr ? e.older->second.newer : oldest) = e.newer;
+  (e.newer != nullptr ? e.newer->second.older : newest) = e.older;
+  bytes -= e.cost;
+  map.erase(i);
+}
+
+void decision_cache::shard::clear() {
+  map.clear();
+  oldest = newest = nullptr;
+  bytes = 0;
+}
 
 decision_cache::decision_cache(std::size_t capacity, std::size_t max_bytes)
   : capacity_(capacity),
@@ -21,7 +49,10 @@ decision_cache::decision_cache(std::size_t capacity, std::size_t max_bytes)
                        ? SIZE_MAX
                        : std::max<std::size_t>(max_bytes / shard_count, 1024)),
     shards_(capacity == 0 ? 0 : shard_count) {
-  // nop
+  // Buckets for every entry up front: a growing table rehashes every node
+  // (measured: 1.3 % of a unique-key run's CPU while the cache filled).
+  for (auto& sh : shards_)
+    sh.map.reserve(std::min<std::size_t>(per_shard_, 1u << 20));
 }
 
 decision_cache::shard& decision_cache::shard_for(std::string_view routing) const {
@@ -53,7 +84,8 @@ std::optional<cache_hit> decision_cache::lookup(std::string_view routing,
   // The one rule (common/record.hpp); only completed records are cached
   // (see `remember`), and only what it answers duplicate or mismatch is a
   // hit: anything else goes to the node.
-  holder h{record_state::completed, e.expires_at_ms, e.fingerprint};
+  holder h{record_state::completed, e.expires_at_ms,
+           std::string_view{e.fingerprint.data(), e.fingerprint_size}};
   auto d = decide(&h, fingerprint, 0, 0, now_ms);
   if (!cache_may_answer(d))
     return std::nullopt;
@@ -72,9 +104,10 @@ std::optional<cache_hit> decision_cache::lookup(std::string_view routing,
 
 void decision_cache::remember(const std::string& routing, const record& rec,
                               uint64_t epoch_seen, bool with_body) {
-  if (!enabled() || rec.state != record_state::completed)
+  if (!enabled() || rec.state != record_state::completed
+      || rec.fingerprint.size() > std::tuple_size<decltype(entry::fingerprint)>::value)
     return;
-  auto base = entry_overhead + 2 * routing.size() + rec.fingerprint.size();
+  auto base = entry_overhead + routing.size();
   auto body = rec.headers.size() + rec.response.size();
   with_body = with_body && base + body <= per_shard_bytes_ / 16;
   auto& sh = shard_for(routing);
@@ -86,7 +119,9 @@ void decision_cache::remember(const std::string& routing, const record& rec,
   if (!added && e.first_seen_ms > rec.first_seen_ms)
     return; // a newer record of the key is already here
   sh.bytes -= e.cost;
-  e.fingerprint = rec.fingerprint;
+  std::copy(rec.fingerprint.begin(), rec.fingerprint.end(),
+            e.fingerprint.begin());
+  e.fingerprint_size = static_cast<uint8_t>(rec.fingerprint.size());
   e.first_seen_ms = rec.first_seen_ms;
   e.expires_at_ms = rec.expires_at_ms;
   e.status = rec.status;
@@ -101,28 +136,11 @@ void decision_cache::remember(const std::string& routing, const record& rec,
   e.cost = base + (with_body ? body : 0);
   sh.bytes += e.cost;
   if (added)
-    sh.order.push_back(routing);
+    sh.link(*i);
   // Oldest first, never the entry just made.
   while ((sh.map.size() > per_shard_ || sh.bytes > per_shard_bytes_)
-         && !sh.order.empty() && sh.map.size() > 1) {
-    auto victim = sh.map.find(sh.order.front());
-    sh.order.pop_front();
-    if (victim == sh.map.end())
-      continue; // forgotten since
-    if (victim->first == routing)
-      sh.order.push_back(routing); // keep the newest; evict the next one
-    else
-      sh.erase(victim);
-  }
-  // Keys erased by `forget` stay in `order`; keep it from growing without
-  // bound under churn.
-  if (sh.order.size() > 2 * per_shard_ + 16) {
-    std::deque<std::string> live;
-    for (auto& k : sh.order)
-      if (sh.map.count(k) > 0)
-        live.push_back(k);
-    sh.order.swap(live);
-  }
+         && sh.oldest != nullptr && sh.oldest != &*i)
+    sh.erase(sh.map.find(sh.oldest->first));
 }
 
 void decision_cache::forget(std::string_view routing) {
@@ -139,9 +157,7 @@ void decision_cache::forget_all() {
   for (auto& sh : shards_) {
     std::lock_guard<std::mutex> guard{sh.mtx};
     sh.epoch.fetch_add(1, std::memory_order_acq_rel);
-    sh.map.clear();
-    sh.order.clear();
-    sh.bytes = 0;
+    sh.clear();
   }
 }
 

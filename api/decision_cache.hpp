@@ -1,9 +1,9 @@
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -87,7 +87,10 @@ public:
 
 private:
   struct entry {
-    std::string fingerprint;
+    /// The payload's fingerprint (SHA-256: 32 bytes; longer ones are not
+    /// kept), without a heap block of its own.
+    std::array<char, 32> fingerprint{};
+    uint8_t fingerprint_size = 0;
     int64_t first_seen_ms = 0;
     int64_t expires_at_ms = 0;
     uint16_t status = 0;
@@ -95,20 +98,25 @@ private:
     std::string headers;
     std::string response;
     std::size_t cost = 0;
+    /// Insertion order (oldest evicted first), linked through the map's
+    /// nodes, which never move: no second copy of the key, no lookup to
+    /// find the oldest.
+    std::pair<const std::string, entry>* older = nullptr;
+    std::pair<const std::string, entry>* newer = nullptr;
   };
+  using node = std::pair<const std::string, entry>;
 
   struct shard {
     mutable std::mutex mtx;
     std::unordered_map<std::string, entry> map;
-    /// Insertion order for eviction (may hold keys erased since).
-    std::deque<std::string> order;
+    node* oldest = nullptr;
+    node* newest = nullptr;
     std::atomic<uint64_t> epoch{0};
     std::size_t bytes = 0;
 
-    void erase(std::unordered_map<std::string, entry>::iterator i) {
-      bytes -= i->second.cost;
-      map.erase(i);
-    }
+    void link(node& n);
+    void erase(std::unordered_map<std::string, entry>::iterator i);
+    void clear();
   };
 
   shard& shard_for(std::string_view routing) const;
