@@ -15,9 +15,14 @@ namespace oncegate {
 
 void set_scheduler_defaults(caf::actor_system_config& cfg) {
   cfg.set("scheduler.policy", caf::atom("sharing"));
+  // Half the cores: the HTTP threads and the store's own thread need the
+  // rest, and every worker that sleeps and wakes per message costs a
+  // context switch (2 cores, unique keys at 50 connections: one worker 1.2
+  // switches per decision against 2.4 with two, 47-48 us of CPU against
+  // 49-53 us, the same throughput; docs/benchmarks/scheduler.md).
   cfg.set("scheduler.max-threads",
           static_cast<size_t>(
-            std::max(1u, std::thread::hardware_concurrency())));
+            std::max(1u, std::thread::hardware_concurrency() / 2)));
 }
 
 void register_types(caf::actor_system_config& cfg) {

@@ -15,7 +15,7 @@ namespace oncegate {
 void register_types(caf::actor_system_config& cfg);
 
 /// Sets the measured scheduler defaults (docs/benchmarks/scheduler.md): the
-/// sharing policy with one worker per core. CAF's own default is work
+/// sharing policy with one worker per two cores (at least one). CAF's own default is work
 /// stealing with max(4, cores) workers. Both stay overridable.
 void set_scheduler_defaults(caf::actor_system_config& cfg);
 
