@@ -24,11 +24,13 @@
 #                                  (the bounded decision cache is measured
 #                                  apart from the actors by default)
 #   BENCH_FLOOD_KEYS=3000/300      unique 60 KiB signals of the memory flood
-#   BENCH_SCENARIOS="core redis nginx big purge memory passivation cold cluster flood"
+#   BENCH_SCENARIOS="core redis nginx upstream big purge memory passivation cold cluster flood"
 #   BENCH_OUT=docs/benchmarks/ (smoke: a new temp dir)   where results go
 #   BENCH_TMPDIR=${TMPDIR:-/tmp}   data dirs (must be a real disk: fsync)
 #   BENCH_BUILD_DIR=build-release  release build dir (configured if missing)
 #   ONCEGATE_BIN, ONCEGATE_PRELOAD both set: use these binaries, no build
+#   ONCEGATE_COMMIT_FLOOR          the commit_floor tool with given binaries
+#                                  (default: next to ONCEGATE_PRELOAD)
 #   WRK_TIMEOUT=10s                wrk's per-request timeout
 #
 # Exit status: 0 when every scenario group succeeded, 1 otherwise (results
@@ -61,7 +63,7 @@ MEM_KEYS_LARGE=${BENCH_MEM_KEYS_LARGE:-$d_mem_large}
 PASSIVATE_KEYS=${BENCH_PASSIVATE_KEYS:-$d_passivate}
 IDLE_TIMEOUT=${BENCH_IDLE_TIMEOUT:-$d_idle}
 COLD_KEYS=${BENCH_COLD_KEYS:-$d_cold}
-SCENARIOS=${BENCH_SCENARIOS:-core redis nginx big purge memory passivation cold cluster flood}
+SCENARIOS=${BENCH_SCENARIOS:-core redis nginx upstream big purge memory passivation cold cluster flood}
 WRK_TIMEOUT=${WRK_TIMEOUT:-10s}
 READY_TIMEOUT=${BENCH_READY_TIMEOUT:-120}
 STOP_TIMEOUT=${BENCH_STOP_TIMEOUT:-120}
@@ -176,12 +178,12 @@ emit() { printf '%s,%s,%s,%s,%s\n' "$1" "$2" "$3" "$4" "$5" >>"$CSV"; }
 check_tools() {
   local missing=() t
   for t in cmake wrk redis-server redis-benchmark redis-cli nginx gnuplot \
-           python3 curl awk; do
+           python3 curl awk openssl; do
     command -v "$t" >/dev/null 2>&1 || missing+=("$t")
   done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "bench/run.sh: missing tools: ${missing[*]}" >&2
-    echo "  apt-get install wrk redis-server redis-tools nginx-light gnuplot-nox curl" >&2
+    echo "  apt-get install wrk redis-server redis-tools nginx-light gnuplot-nox curl openssl" >&2
     exit 2
   fi
 }
@@ -192,7 +194,8 @@ build() {
       echo "bench/run.sh: set both ONCEGATE_BIN and ONCEGATE_PRELOAD to executables" >&2
       exit 2
     }
-    BUILD_NOTE="given binaries (no build): $ONCEGATE_BIN, $ONCEGATE_PRELOAD"
+    COMMIT_FLOOR=${ONCEGATE_COMMIT_FLOOR:-$(dirname "$ONCEGATE_PRELOAD")/commit_floor}
+    BUILD_NOTE="given binaries (no build): $ONCEGATE_BIN, $ONCEGATE_PRELOAD, $COMMIT_FLOOR"
     log "using given binaries, no build"
     return
   fi
@@ -201,7 +204,7 @@ build() {
   log "building release binaries in $dir"
   if ! { cmake -S "$ROOT" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
            -DONCEGATE_BUILD_TESTS=OFF \
-         && cmake --build "$dir" -j2 --target oncegate preload; } \
+         && cmake --build "$dir" -j2 --target oncegate preload commit_floor; } \
        >"$RUN_TMP/build.log" 2>&1; then
     tail -n 40 "$RUN_TMP/build.log" >&2
     echo "bench/run.sh: release build failed" >&2
@@ -209,7 +212,8 @@ build() {
   fi
   ONCEGATE_BIN=$dir/tools/oncegate
   ONCEGATE_PRELOAD=$dir/bench/preload
-  BUILD_NOTE="Release build in $dir (cmake --build, targets oncegate preload)"
+  COMMIT_FLOOR=$dir/bench/commit_floor
+  BUILD_NOTE="Release build in $dir (cmake --build, targets oncegate preload commit_floor)"
 }
 
 # ---------------------------------------------------------------- oncegate
@@ -336,6 +340,52 @@ emit_wrk() {
   done
 }
 
+# ---------------------------------------------------------------- CPU
+# Server CPU (utime+stime of /proc/PID/stat: every thread, exited ones too)
+# and context switches (voluntary + nonvoluntary of every thread in
+# /proc/PID/task/*/status, summed; threads that exit during a run are
+# counted in tasks_exited) of the servers' processes and their descendants,
+# sampled right before and right after a measured run.
+#
+# proc_begin PID...: the "before" snapshot. proc_end REQUESTS: the "after"
+# one; PROC_RESULT := cpu_us=.. ctx=.. ... cpu_us_per_req=.. ctx_per_req=..
+PROC_N=0
+proc_begin() {
+  PROC_N=$((PROC_N + 1))
+  PROC_SNAP=$LOGS/proc-$SCOPE-$PROC_N
+  PROC_PIDS=("$@")
+  py proc-sample "$@" >"$PROC_SNAP.0" || die "proc-sample $*: not running"
+}
+proc_end() {
+  py proc-sample "${PROC_PIDS[@]}" >"$PROC_SNAP.1" \
+    || die "proc-sample ${PROC_PIDS[*]}: not running after the run"
+  PROC_RESULT=$(py proc-delta "$PROC_SNAP.0" "$PROC_SNAP.1" "$1") \
+    || die "proc-delta failed"
+  echo "$SCOPE proc pids=${PROC_PIDS[*]} requests=$1 $PROC_RESULT" >>"$RAW"
+}
+pkv() { sed -nE "s/(^|.* )$1=([^ ]*).*/\2/p" <<<"$PROC_RESULT"; }
+
+# emit_proc SCENARIO SYSTEM: the current PROC_RESULT as CSV rows.
+emit_proc() {
+  emit "$1" "$2" cpu_us_per_req "$(pkv cpu_us_per_req)" us
+  emit "$1" "$2" ctx_per_req "$(pkv ctx_per_req)" count
+  emit "$1" "$2" cpu_s "$(awk -v v="$(pkv cpu_us)" 'BEGIN { printf "%.3f", v / 1e6 }')" s
+  emit "$1" "$2" ctx_switches "$(pkv ctx)" count
+  emit "$1" "$2" threads "$(pkv tasks)" count
+  emit "$1" "$2" tasks_exited "$(pkv tasks_exited)" count
+  log "  $1/$2: $(pkv cpu_us_per_req) us CPU and $(pkv ctx_per_req) context switches per request ($(pkv tasks) threads)"
+}
+
+# run_wrk_proc PID LABEL EXPECT THREADS CONNS SECONDS SCRIPT PORT [VAR=VALUE...]:
+#   run_wrk with the server process PID sampled around it (PROC_RESULT).
+run_wrk_proc() {
+  local pid=$1
+  shift
+  proc_begin "$pid"
+  run_wrk "$@"
+  proc_end "$(kv requests)"
+}
+
 csv_value() {  # SCENARIO SYSTEM METRIC
   awk -F, -v a="$1" -v b="$2" -v c="$3" \
     '$1 == a && $2 == b && $3 == c { v = $4 } END { print v }' "$CSV"
@@ -347,27 +397,57 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b }'; }
 # keys, duplicates, a 90/10 mix and one hot key.
 sc_core() {
   local data=$RUN_TMP/core new0
+  measure_commit_floor
   start_node core "$data"
   log "node up on port $NODE_PORT"
-  run_wrk unloaded 200 1 1 "$SECS" unique.lua "$NODE_PORT"
+  run_wrk_proc "$NODE_PID" unloaded 200 1 1 "$SECS" unique.lua "$NODE_PORT"
   emit_wrk unloaded oncegate
-  run_wrk unique 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$NODE_PORT"
+  emit_proc unloaded oncegate
+  run_wrk_proc "$NODE_PID" unique 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$NODE_PORT"
   emit_wrk unique_c50 oncegate
+  emit_proc unique_c50 oncegate
   # Prime the duplicate pool with the benchmark's own body (each key claimed
   # once: 200), which also leaves its key actors warm. The requests in flight
   # when the quota is reached repeat pool keys (409).
   new0=$(metric "$NEW_DECISIONS")
   run_wrk_until prime 200,409 1 "$CONNS" duplicates.lua "$NODE_PORT" \
     "$NEW_DECISIONS" "$((new0 + POOL))" 120 WRK_POOL="$POOL" WRK_ONCE=1
-  run_wrk duplicates 409 "$THREADS" "$CONNS" "$SECS" duplicates.lua \
-    "$NODE_PORT" WRK_POOL="$POOL"
+  run_wrk_proc "$NODE_PID" duplicates 409 "$THREADS" "$CONNS" "$SECS" \
+    duplicates.lua "$NODE_PORT" WRK_POOL="$POOL"
   emit_wrk duplicates_c50 oncegate
+  emit_proc duplicates_c50 oncegate
   run_wrk mix 200,409 "$THREADS" "$CONNS" "$SECS" mix.lua "$NODE_PORT" \
     WRK_POOL="$POOL"
   emit_wrk mix_c50 oncegate
   run_wrk hot 409 "$THREADS" "$CONNS" "$SECS" hot.lua "$NODE_PORT"
   emit_wrk hot_c50 oncegate
   stop_node
+}
+
+# 1a: the floor under the unloaded latency: bench/commit_floor's one-row
+# transactions (BEGIN, INSERT, COMMIT) on one SQLite connection in WAL mode
+# with synchronous=FULL, in a data dir on the same disk, for BENCH_SECONDS,
+# before the core node starts. A missing tool is a failure of this step
+# only (the rest of the core group still runs).
+measure_commit_floor() {
+  local out m
+  if [ ! -x "${COMMIT_FLOOR:-}" ]; then
+    echo "$SCOPE: commit_floor not found at ${COMMIT_FLOOR:-?} (build the target commit_floor or set ONCEGATE_COMMIT_FLOOR)" >>"$FAILURES"
+    log "FAILED $SCOPE: no commit_floor at ${COMMIT_FLOOR:-?}: floor not measured"
+    return 0
+  fi
+  "$COMMIT_FLOOR" --dir="$RUN_TMP/floor" --seconds="$SECS" \
+    >"$LOGS/commit_floor.log" 2>&1 \
+    || die "commit_floor failed: $(tail -n 3 "$LOGS/commit_floor.log")"
+  out=$(grep '^RESULT ' "$LOGS/commit_floor.log" | tail -n 1)
+  [ -n "$out" ] || die "commit_floor: no RESULT line"
+  echo "$SCOPE commit_floor $out" >>"$RAW"
+  for m in commits seconds rps mean_us p50_us p90_us p99_us max_us; do
+    emit commit_floor sqlite_wal_full "$m" \
+      "$(sed -n "s/.* $m=\([^ ]*\).*/\1/p" <<<"$out")" \
+      "$(case $m in commits) echo count ;; seconds) echo s ;; rps) echo commits/s ;; *) echo us ;; esac)"
+  done
+  log "  commit floor: $(sed -n 's/.* rps=\([^ ]*\).*/\1/p' <<<"$out") commits/s, p50=$(csv_value commit_floor sqlite_wal_full p50_us)us p99=$(csv_value commit_floor sqlite_wal_full p99_us)us"
 }
 
 ms_to_us() { awk -v v="$1" 'BEGIN { printf "%d", v * 1000 }'; }
@@ -397,9 +477,11 @@ redis_one() {
   out=$(py redis-csv "$LOGS/redis-$mode-cal.csv") || die "redis calibration: no result"
   n=$(awk -v r="${out%% *}" -v s="$SECS" -v c="$cal" \
         'BEGIN { n = int(r * s); print (n < c ? c : n) }')
+  proc_begin "$pid"
   redis-benchmark -q -p "$port" -c 50 -n "$n" -r 100000000 --csv \
     SET key:__rand_int__ 1 NX EX 86400 >"$LOGS/redis-$mode.csv" 2>&1 \
     || die "redis-benchmark failed: $(tail -n 3 "$LOGS/redis-$mode.csv")"
+  proc_end "$n"
   out=$(py redis-csv "$LOGS/redis-$mode.csv") || die "redis-benchmark: no result"
   echo "$SCOPE redis-$mode n=$n $out" >>"$RAW"
   read -r rps p50 p95 p99 max <<<"$out"
@@ -411,6 +493,7 @@ redis_one() {
   emit unique_c50 "redis_$mode" max_us "$(ms_to_us "$max")" us
   emit unique_c50 "redis_$mode" requests "$n" count
   emit unique_c50 "redis_$mode" keys_in_db "$(redis-cli -p "$port" dbsize)" count
+  emit_proc unique_c50 "redis_$mode"
   stop_pid "$pid" 30 TERM
 }
 
@@ -437,9 +520,92 @@ sc_nginx() {
   done
   curl -fs -o /dev/null -X POST -d '{}' "http://127.0.0.1:$port/v1/webhook" \
     || die "nginx does not answer"
-  run_wrk nginx-duplicates 200 "$THREADS" "$CONNS" "$SECS" duplicates.lua \
-    "$port" WRK_POOL="$POOL"
+  run_wrk_proc "$pid" nginx-duplicates 200 "$THREADS" "$CONNS" "$SECS" \
+    duplicates.lua "$port" WRK_POOL="$POOL"
   emit_wrk duplicates_c50 nginx
+  emit_proc duplicates_c50 nginx
+  stop_pid "$pid" 30 QUIT
+}
+
+# 4b: upstream over https vs http: one node with two routes forwarding to
+# the same local nginx `return 200` (bench/lib/nginx-upstream.conf.in), one
+# over http and one over https (a CA and a server certificate for 127.0.0.1
+# made here with the openssl CLI, trusted with the route's
+# upstream-ca-file); unique keys with 50 connections against each route.
+# ratio_to_http = https req/s / http req/s.
+make_upstream_certs() {  # DIR: ca.pem, server.pem, server.key
+  local d=$1 ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+  mkdir -p "$d"
+  {
+    openssl req -x509 "${ec[@]}" -days 2 -subj "/CN=oncegate bench CA" \
+      -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      -keyout "$d/ca.key" -out "$d/ca.pem" \
+    && openssl req -new "${ec[@]}" -subj "/CN=127.0.0.1" \
+      -keyout "$d/server.key" -out "$d/server.csr" \
+    && printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+      "extendedKeyUsage=serverAuth" "basicConstraints=CA:FALSE" >"$d/server.ext" \
+    && openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" \
+      -set_serial "0x$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" -days 2 \
+      -extfile "$d/server.ext" -out "$d/server.pem"
+  } >"$LOGS/upstream-certs.log" 2>&1 \
+    || die "openssl: cannot make the upstream certificates: $(tail -n 3 "$LOGS/upstream-certs.log")"
+}
+
+sc_upstream() {
+  local dir=$RUN_TMP/upstream ports=() hport sport pid i ini route sys ok
+  local http https sent
+  mkdir -p "$dir"
+  make_upstream_certs "$dir/tls"
+  mapfile -t ports < <(py freeport 2)
+  [ "${#ports[@]}" = 2 ] || die "freeport: ${ports[*]}"
+  hport=${ports[0]} sport=${ports[1]}
+  sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$hport|g" -e "s|@TLS_PORT@|$sport|g" \
+      -e "s|@CERT@|$dir/tls/server.pem|g" -e "s|@KEY@|$dir/tls/server.key|g" \
+      "$LIB/nginx-upstream.conf.in" >"$dir/nginx.conf"
+  nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" \
+    </dev/null >"$dir/stdout.log" 2>&1 &
+  pid=$!
+  track "$pid" nginx
+  ok=
+  for i in $(seq 100); do
+    if curl -fs -o /dev/null -X POST -d '{}' "http://127.0.0.1:$hport/hook" \
+       && curl -fs -o /dev/null --cacert "$dir/tls/ca.pem" -X POST -d '{}' \
+            "https://127.0.0.1:$sport/hook"; then
+      ok=1
+      break
+    fi
+    kill -0 "$pid" 2>/dev/null || die "nginx exited: $(cat "$dir/stdout.log" "$dir/error.log" | tail -n 3)"
+    sleep 0.05
+  done
+  [ -n "$ok" ] || die "nginx (upstream) does not answer over http and https"
+  ini=$dir/node.ini
+  cat >"$ini" <<EOF_INI
+[route.plain]
+upstream="http://127.0.0.1:$hport/hook"
+[route.tls]
+upstream="https://127.0.0.1:$sport/hook"
+upstream-ca-file="$dir/tls/ca.pem"
+EOF_INI
+  start_node upstream "$dir/node" --config-file="$ini"
+  log "node up on port $NODE_PORT: route plain -> http://127.0.0.1:$hport, route tls -> https://127.0.0.1:$sport"
+  for route in plain tls; do
+    sys=$([ "$route" = tls ] && echo oncegate_https_upstream || echo oncegate_http_upstream)
+    run_wrk_proc "$NODE_PID" "upstream-$route" 200 "$THREADS" "$CONNS" "$SECS" \
+      unique.lua "$NODE_PORT" WRK_PATH="/v1/webhook/$route"
+    emit_wrk upstream_c50 "$sys"
+    emit_proc upstream_c50 "$sys"
+    # Every answer came from the upstream (none released or in doubt).
+    sent=$(metric "oncegate_upstream_results_total{route=\"$route\",result=\"response\"}")
+    emit upstream_c50 "$sys" upstream_responses "$sent" count
+    [ "$sent" -ge "$(status_count 200)" ] \
+      || die "route $route: $sent upstream responses for $(status_count 200) answers 200"
+  done
+  http=$(csv_value upstream_c50 oncegate_http_upstream rps)
+  https=$(csv_value upstream_c50 oncegate_https_upstream rps)
+  emit upstream_c50 oncegate_https_upstream ratio_to_http "$(ratio "$https" "$http")" x
+  log "  https / http upstream: $(ratio "$https" "$http") x ($https vs $http req/s)"
+  stop_node
   stop_pid "$pid" 30 QUIT
 }
 
@@ -798,6 +964,12 @@ for g in $SCENARIOS; do
   run_group "$g"
 done
 
+# The targets' verdicts (bench/lib/targets.py), from this run's rows.
+if ! python3 "$LIB/targets.py" "$CSV" >"$RUN_TMP/targets.csv" 2>"$LOGS/targets.log"; then
+  echo "targets: bench/lib/targets.py failed: $(tail -n 3 "$LOGS/targets.log")" >>"$FAILURES"
+  log "targets.py failed: $(tail -n 3 "$LOGS/targets.log")"
+fi
+cat "$RUN_TMP/targets.csv" >>"$CSV"
 TOTAL=$(elapsed_since "$START_EPOCH")
 python3 "$LIB/report.py" --csv "$CSV" --machine "$STAGE/machine.txt" \
   --failures "$FAILURES" --timings "$TIMINGS" --total "$TOTAL" --out "$STAGE"

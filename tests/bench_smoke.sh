@@ -6,9 +6,12 @@
 # 0. Prints one line per check and a final `N passed, M failed`.
 #
 # With ONCEGATE_BIN and ONCEGATE_PRELOAD set (CTest passes the test build's
-# binaries) the harness skips its release build; otherwise it builds (or
-# incrementally updates) build-release first. Bounded by BENCH_SMOKE_TIMEOUT
-# seconds (default 600, build included).
+# binaries) the harness skips its release build and takes bench/commit_floor
+# from ONCEGATE_COMMIT_FLOOR or else from ONCEGATE_PRELOAD's directory;
+# otherwise it builds (or incrementally updates) build-release first. Every
+# target row (targets,<measure>,value|target_*|met) must be there with a
+# value; whether the target is met is not checked (a smoke run is tiny).
+# Bounded by BENCH_SMOKE_TIMEOUT seconds (default 600, build included).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,6 +46,9 @@ unique_c50 redis_always
 unique_c50 redis_everysec
 duplicates_c50 oncegate
 duplicates_c50 nginx
+commit_floor sqlite_wal_full
+upstream_c50 oncegate_http_upstream
+upstream_c50 oncegate_https_upstream
 mix_c50 oncegate
 hot_c50 oncegate
 big_store_restart oncegate
@@ -71,6 +77,46 @@ while read -r scenario system; do
   fi
   check "$scenario/$system" "$ok" "no row with a positive value"
 done <<<"$pairs"
+
+# Server CPU (positive) and context switches (a number: a run of cached
+# duplicates may switch less than once per 10 000 requests) per request,
+# sampled around the runs.
+for row in unloaded,oncegate unique_c50,oncegate duplicates_c50,oncegate \
+           unique_c50,redis_always duplicates_c50,nginx \
+           upstream_c50,oncegate_http_upstream upstream_c50,oncegate_https_upstream; do
+  for m in cpu_us_per_req ctx_per_req; do
+    ok=1
+    [ -f "$csv" ] && awk -F, -v r="$row" -v m="$m" '
+      $1 "," $2 == r && $3 == m && $4 ~ /^[0-9.]+$/ \
+        && (m == "ctx_per_req" || $4 + 0 > 0) { f = 1 }
+      END { exit !f }' "$csv" && ok=0
+    check "$row/$m" "$ok" "no row with a number (positive for the CPU)"
+  done
+done
+for row in commit_floor,sqlite_wal_full,p50_us commit_floor,sqlite_wal_full,p99_us \
+           upstream_c50,oncegate_https_upstream,ratio_to_http \
+           purge_unique_c50,oncegate,p99_ratio; do
+  ok=1
+  [ -f "$csv" ] && grep -Eq "^$row,[0-9.]+," "$csv" && ok=0
+  check "$row" "$ok" "missing or not a number"
+done
+
+# Every target of bench/lib/targets.py: a measured value, its bound and a
+# verdict 0 or 1 (not required to be 1 here).
+targets=$(python3 -B -c 'import sys; sys.path.insert(0, sys.argv[1]); import targets; print(" ".join(targets.IDS))' "$ROOT/bench/lib")
+[ -n "$targets" ] || check "bench/lib/targets.py IDS" 1 "cannot list the targets"
+for t in $targets; do
+  ok=1
+  [ -f "$csv" ] \
+    && grep -Eq "^targets,$t,value,-?[0-9.]+(e[-+]?[0-9]+)?," "$csv" \
+    && grep -Eq "^targets,$t,target_(max|min),-?[0-9.]+," "$csv" \
+    && grep -Eq "^targets,$t,met,[01],bool$" "$csv" && ok=0
+  check "targets/$t" "$ok" "$(grep "^targets,$t," "$csv" 2>/dev/null | tr '\n' ' ')"
+done
+ok=1
+[ -f "$OUT/results.md" ] && grep -q '^## Targets' "$OUT/results.md" \
+  && ! grep -q '^| [^|]* | not measured |' "$OUT/results.md" && ok=0
+check "results.md Targets table (every row measured)" "$ok" "missing or a row not measured"
 
 # Every cluster node held the same number of records after the run.
 ok=1

@@ -26,6 +26,17 @@
       <leader's id> <term>"
   benchlib.py sqlite-count TABLE DB...
       SELECT count(*) FROM TABLE of each SQLite file, one a line
+  benchlib.py proc-sample PID...
+      one JSON line: the CPU time (utime+stime of /proc/P/stat: all threads
+      of the process, exited ones included) and, per thread, the voluntary
+      and nonvoluntary context switches (/proc/P/task/T/status) of each PID
+      and of all its descendants (nginx: the master and its worker)
+  benchlib.py proc-delta START END REQUESTS
+      the difference between two proc-sample snapshots, as key=value words:
+      cpu_us, ctx (voluntary + nonvoluntary, summed over the threads), vol,
+      nonvol, tasks (threads at the end), tasks_exited (threads of START
+      gone at END: their switches after START are lost, so ctx is then a
+      lower bound), procs, cpu_us_per_req and ctx_per_req (/ REQUESTS)
 
 Every wait is bounded; every process started here is reaped here. Free
 ports and what makes a ready leader or a settled cluster are the drill's
@@ -207,6 +218,105 @@ def sqlite_count(table, dbs):
             conn.close()
 
 
+def _proc_stat(pid):
+    """(ppid, ticks utime+stime, starttime) of /proc/pid/stat."""
+    with open("/proc/%s/stat" % pid) as f:
+        text = f.read()
+    fields = text[text.rindex(")") + 2:].split()
+    # fields[0] is field 3 (state) of proc(5)
+    return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19])
+
+
+def _task_switches(pid):
+    out = {}
+    base = "/proc/%s/task" % pid
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return out
+    for tid in tids:
+        vol = nonvol = None
+        try:
+            with open("%s/%s/status" % (base, tid)) as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        vol = int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        nonvol = int(line.split()[1])
+        except OSError:
+            continue  # the thread exited meanwhile
+        if vol is not None and nonvol is not None:
+            out[tid] = [vol, nonvol]
+    return out
+
+
+def proc_sample(pids):
+    roots = {str(int(p)) for p in pids}
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                parent[d] = str(_proc_stat(d)[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    tree = set()
+    for p in parent:
+        q, seen = p, 0
+        while q in parent and seen < 64:
+            if q in roots:
+                tree.add(p)
+                break
+            q, seen = parent[q], seen + 1
+    tree |= {p for p in roots if p in parent}
+    procs = {}
+    for p in sorted(tree, key=int):
+        try:
+            _, ticks, start = _proc_stat(p)
+        except (OSError, ValueError, IndexError):
+            continue
+        procs[p] = {"ticks": ticks, "start": start,
+                    "tasks": _task_switches(p)}
+    if not procs:
+        sys.stderr.write("proc-sample: none of %s is running\n" % " ".join(pids))
+        return 1
+    print(json.dumps({"clk_tck": os.sysconf("SC_CLK_TCK"), "procs": procs}))
+    return 0
+
+
+def proc_delta(start_file, end_file, requests):
+    with open(start_file) as f:
+        a = json.load(f)
+    with open(end_file) as f:
+        b = json.load(f)
+    tck = float(b["clk_tck"])
+    ticks = vol = nonvol = tasks = exited = 0
+    for p, e in b["procs"].items():
+        s = a["procs"].get(p)
+        if s is not None and s["start"] != e["start"]:
+            s = None  # the pid was reused: a new process
+        ticks += e["ticks"] - (s["ticks"] if s else 0)
+        st = s["tasks"] if s else {}
+        for tid, (v, n) in e["tasks"].items():
+            v0, n0 = st.get(tid, (0, 0))
+            vol += v - v0
+            nonvol += n - n0
+        tasks += len(e["tasks"])
+        exited += len(set(st) - set(e["tasks"]))
+    for p, s in a["procs"].items():
+        e = b["procs"].get(p)
+        if e is None or e["start"] != s["start"]:
+            exited += len(s["tasks"])
+    req = float(requests)
+    cpu_us = ticks * 1e6 / tck
+    ctx = vol + nonvol
+    print("cpu_us=%.0f ctx=%d vol=%d nonvol=%d tasks=%d tasks_exited=%d "
+          "procs=%d cpu_us_per_req=%s ctx_per_req=%s" % (
+              cpu_us, ctx, vol, nonvol, tasks, exited, len(b["procs"]),
+              "%.2f" % (cpu_us / req) if req > 0 else "",
+              "%.4f" % (ctx / req) if req > 0 else ""))
+    return 0
+
+
 def redis_csv(path):
     with open(path, newline="") as f:
         rows = [r for r in csv.reader(f) if r]
@@ -247,6 +357,10 @@ def main(argv):
         return cluster_wait(args[0], args[1:])
     if cmd == "cluster-settle":
         return cluster_settle(args[0], args[1:])
+    if cmd == "proc-sample":
+        return proc_sample(args)
+    if cmd == "proc-delta":
+        return proc_delta(*args)
     if cmd == "sqlite-count":
         sqlite_count(args[0], args[1:])
         return 0

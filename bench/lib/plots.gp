@@ -29,6 +29,8 @@ if (strstrt(plots, "throughput") > 0) {
 if (strstrt(plots, "latency") > 0) {
   set terminal pngcairo size 1300,620 font "sans,10" noenhanced
   set bmargin 7
+  # room for the last (rotated) label
+  set rmargin 12
   set output dir."/latency.png"
   # above the plot: the tallest bars (the cluster's) are at the right
   set key outside top center horizontal

@@ -9,11 +9,24 @@ files throughput.dat and latency.dat (python3 stdlib only).
 import argparse
 import csv
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import targets as targets_mod  # noqa: E402
 
 # (scenario id, title, what it measures)
 SCENARIOS = [
+    ("commit_floor", "1a. Bare commit floor (SQLite)",
+     "bench/commit_floor on the data dirs' disk, before the core node starts: "
+     "one SQLite connection, WAL, synchronous=FULL, one-row transactions "
+     "(BEGIN, INSERT, COMMIT) back to back for BENCH_SECONDS; each "
+     "transaction timed."),
     ("unloaded", "1. Unloaded latency",
-     "1 connection (wrk -t1 -c1), every request a new key (durable commit)."),
+     "1 connection (wrk -t1 -c1), every request a new key (durable commit). "
+     "cpu_us_per_req: server CPU (utime+stime, /proc/PID/stat) over the run "
+     "/ requests; ctx_per_req: voluntary + nonvoluntary context switches of "
+     "all its threads / requests."),
     ("unique_c50", "2a. Unique keys, 50 connections (vs Redis)",
      "oncegate: wrk -t2 -c50 unique.lua, every request a new key, committed "
      "with fsync before the answer. Redis: redis-benchmark -c 50 "
@@ -21,11 +34,19 @@ SCENARIOS = [
      "(appendfsync always / everysec)."),
     ("duplicates_c50", "2b. Duplicates, 50 connections (vs nginx)",
      "duplicates.lua over a primed pool of keys: every answer a 409 from a "
-     "warm key actor. nginx: the same script against `return 200`."),
+     "warm key actor. nginx: the same script against `return 200` "
+     "(CPU: master and worker)."),
     ("mix_c50", "2c. 90% duplicates / 10% new keys, 50 connections",
      "mix.lua."),
     ("hot_c50", "2d. One hot key, 50 connections",
      "hot.lua: every request meets the same key actor (409)."),
+    ("upstream_c50", "4b. Upstream over https vs http, 50 connections",
+     "One node, two routes forwarding every new key to the same local nginx "
+     "`return 200`: one over http, one over https (a CA and a server "
+     "certificate made with the openssl CLI, `upstream-ca-file`); "
+     "unique.lua with 50 connections against each route. ratio_to_http = "
+     "https req/s / http req/s; upstream_responses = "
+     "oncegate_upstream_results_total{result=\"response\"} of the route."),
     ("big_store_restart", "5a. Big store: restart to ready",
      "Records preloaded with bench/preload; time from exec of oncegate to "
      "its ready line (stop_ms: SIGTERM to exit)."),
@@ -75,6 +96,9 @@ SYSTEM_NAMES = {
     "oncegate_cluster3": "oncegate, 3-node cluster (mutual TLS)",
     "oncegate_cluster3_insecure": "oncegate, 3-node cluster (plain, "
                                   "cluster.insecure)",
+    "sqlite_wal_full": "SQLite WAL, synchronous=FULL",
+    "oncegate_http_upstream": "oncegate, http upstream (nginx)",
+    "oncegate_https_upstream": "oncegate, https upstream (nginx)",
 }
 
 THROUGHPUT_ROWS = ["unique_c50", "cluster3_leader_c50", "cluster3_follower_c50",
@@ -84,7 +108,14 @@ THROUGHPUT_SYSTEMS = ["oncegate", "redis_always", "redis_everysec", "nginx"]
 # Rows whose oncegate bar is another system's (the row label says which).
 ROW_SYSTEM = {"cluster3_leader_c50": {"oncegate": "oncegate_cluster3"},
               "cluster3_follower_c50": {"oncegate": "oncegate_cluster3"}}
+# Further throughput rows: (label, scenario, the system in the oncegate
+# column).
+THROUGHPUT_EXTRA = [
+    ("unique, http upstream", "upstream_c50", "oncegate_http_upstream"),
+    ("unique, https upstream", "upstream_c50", "oncegate_https_upstream"),
+]
 LATENCY_ROWS = [
+    ("commit_floor", "sqlite_wal_full"),
     ("unloaded", "oncegate"),
     ("unique_c50", "oncegate"), ("unique_c50", "redis_always"),
     ("unique_c50", "redis_everysec"),
@@ -95,8 +126,11 @@ LATENCY_ROWS = [
     ("cluster3_unloaded", "oncegate_cluster3"),
     ("cluster3_leader_c50", "oncegate_cluster3"),
     ("cluster3_follower_c50", "oncegate_cluster3"),
+    ("upstream_c50", "oncegate_http_upstream"),
+    ("upstream_c50", "oncegate_https_upstream"),
 ]
-SHORT = {"unloaded": "unloaded", "unique_c50": "unique",
+SHORT = {"commit_floor": "bare SQLite commit",
+         "upstream_c50": "via upstream","unloaded": "unloaded", "unique_c50": "unique",
          "duplicates_c50": "duplicates", "mix_c50": "mix 90/10",
          "hot_c50": "hot key", "big_store_unique_c50": "unique, big store",
          "purge_unique_c50": "unique, purging", "cold_start": "cold start",
@@ -105,7 +139,9 @@ SHORT = {"unloaded": "unloaded", "unique_c50": "unique",
          "cluster3_follower_c50": "unique, 3 nodes: follower"}
 SHORT_SYS = {"oncegate": "", "redis_always": " (Redis always)",
              "redis_everysec": " (Redis everysec)", "nginx": " (nginx)",
-             "oncegate_cluster3": ""}
+             "oncegate_cluster3": "", "sqlite_wal_full": "",
+             "oncegate_http_upstream": " (http)",
+             "oncegate_https_upstream": " (https)"}
 # One row per metric even for a single system (many small metrics).
 VERTICAL = {"cluster3_store"}
 
@@ -149,7 +185,11 @@ def main():
     rows = load(a.csv)
     data = {}          # (scenario, system) -> {metric: (value, unit)}
     order = {}         # scenario -> [system]
+    trows = {}         # target id -> {metric: value} (the harness' verdicts)
     for r in rows:
+        if r["scenario"] == "targets":
+            trows.setdefault(r["system"], {})[r["metric"]] = r["value"]
+            continue
         key = (r["scenario"], r["system"])
         if key not in data:
             data[key] = {}
@@ -169,6 +209,22 @@ def main():
     failures = [l.rstrip("\n") for l in open(a.failures) if l.strip()]
     timings = [l.rstrip("\n").split("\t") for l in open(a.timings) if l.strip()]
 
+    def ratio(a_, b_):
+        return a_ / b_ if a_ is not None and b_ else None
+
+    uniq = val("unique_c50", "oncegate", "rps")
+    r_always = val("unique_c50", "redis_always", "rps")
+    r_every = val("unique_c50", "redis_everysec", "rps")
+    dup = val("duplicates_c50", "oncegate", "rps")
+    ngx = val("duplicates_c50", "nginx", "rps")
+    c_lead = val("cluster3_leader_c50", "oncegate_cluster3", "rps")
+    c_fol = val("cluster3_follower_c50", "oncegate_cluster3", "rps")
+    up_http = val("upstream_c50", "oncegate_http_upstream", "rps")
+    up_https = val("upstream_c50", "oncegate_https_upstream", "rps")
+
+    def fmt_ok(ok):
+        return "-" if ok is None else ("yes" if ok else "**no**")
+
     md = []
     md.append("# oncegate benchmark results")
     md.append("")
@@ -179,6 +235,44 @@ def main():
                  "../benchmarks.md" if mdict.get("mode") == "full"
                  else "docs/benchmarks.md"))
     md.append("")
+
+    # ---- targets: the verdicts the harness wrote (targets,<id>,...), the
+    # labels and notes from bench/lib/targets.py
+    md.append("## Targets")
+    md.append("")
+    md.append("Verdicts from this run's rows (`targets,<measure>,value|"
+              "target_max|target_min|met` in results.csv); \"not measured\": "
+              "the scenario group was not run or failed.%s" % (
+                  " Smoke run: tiny key counts and 2 s runs, the verdicts "
+                  "mean little." if mdict.get("mode", "").startswith("smoke")
+                  else ""))
+    md.append("")
+    md.append("| measure | value | target | met | note |")
+    md.append("|---|---|---|---|---|")
+    plain = {k: {m: v for m, (v, _) in ms.items()} for k, ms in data.items()}
+    for t in targets_mod.evaluate(plain):
+        got = trows.get(t["id"])
+        if got is not None:
+            value = num(got.get("value"))
+            bound = num(got.get("target_max", got.get("target_min")))
+            met = got.get("met", "")
+            met = None if met in ("", None) else met == "1"
+        else:  # no rows for it (targets.py failed): computed here
+            value, bound, met = t["value"], t["target"], t["met"]
+        unit = {"count": "", "x": " x"}.get(t["unit"], " " + t["unit"])
+        op = "<=" if t["op"] == "le" else ">="
+        if t["id"] == "unloaded_p50_vs_floor":
+            tdesc = "%s floor p50 + 150 us%s" % (
+                op, " = %s us" % show(bound) if bound is not None else "")
+        else:
+            tdesc = "%s %s%s" % (op, show(bound) if bound is not None
+                                 else "?", unit)
+        md.append("| %s | %s | %s | %s | %s |" % (
+            t["label"],
+            "not measured" if value is None else show(value) + unit,
+            tdesc, fmt_ok(met), t["note"].replace("|", "\\|")))
+    md.append("")
+
     md.append("## Machine and build")
     md.append("")
     md.append("| | |")
@@ -191,91 +285,6 @@ def main():
     md.append("Everything ran on 127.0.0.1 on this machine; the load generator "
               "(wrk -t1/-t2, redis-benchmark) shares the cores with the "
               "server under test.")
-    md.append("")
-
-    # ---- targets
-    def ratio(a_, b_):
-        return a_ / b_ if a_ is not None and b_ else None
-
-    uniq = val("unique_c50", "oncegate", "rps")
-    r_always = val("unique_c50", "redis_always", "rps")
-    r_every = val("unique_c50", "redis_everysec", "rps")
-    dup = val("duplicates_c50", "oncegate", "rps")
-    ngx = val("duplicates_c50", "nginx", "rps")
-    big_keys = val("big_store_restart", "oncegate", "keys")
-    targets = []
-
-    def target(name, threshold, measured, ok, note=""):
-        targets.append((name, threshold, measured, ok, note))
-
-    def fmt_ok(ok):
-        return "-" if ok is None else ("yes" if ok else "**no**")
-
-    q = ratio(uniq, r_always)
-    target("Unique keys, fsync before ack", ">= 0.6 x Redis always",
-           "%.2f x (%s vs %s req/s)" % (q, show(uniq), show(r_always))
-           if q is not None else "n/a", None if q is None else q >= 0.6)
-    q = ratio(dup, ngx)
-    target("Duplicates", ">= 0.7 x nginx return 200",
-           "%.2f x (%s vs %s req/s)" % (q, show(dup), show(ngx))
-           if q is not None else "n/a", None if q is None else q >= 0.7)
-    p50 = val("unloaded", "oncegate", "p50_us")
-    p99 = val("unloaded", "oncegate", "p99_us")
-    target("Unloaded unique key", "p50 <= 0.3 ms, p99 <= 1 ms",
-           "p50 %.3f ms, p99 %.3f ms" % (p50 / 1000, p99 / 1000)
-           if p50 is not None and p99 is not None else "n/a",
-           None if p50 is None or p99 is None
-           else p50 <= 300 and p99 <= 1000)
-    b = val("big_store_unique_c50", "oncegate", "rps")
-    note = ("with %s keys stored (target is for 10M)" % show(big_keys)
-            if big_keys is not None and big_keys < 10_000_000 else "")
-    target("Big store, unique keys", ">= 25k/s with 10M keys",
-           "%s req/s" % show(b) if b is not None else "n/a",
-           None if b is None else b >= 25000, note)
-    rt = val("big_store_restart", "oncegate", "ready_ms_median")
-    target("Restart to ready", "<= 1 s with 10M keys",
-           "%.0f ms (median)" % rt if rt is not None else "n/a",
-           None if rt is None else rt <= 1000, note)
-    pr = val("purge_unique_c50", "oncegate", "p99_ratio")
-    ov = val("purge_unique_c50", "oncegate", "purge_overlap")
-    target("Purge under load", "p99 <= 2 x no-purge p99",
-           "%.2f x" % pr if pr is not None else "n/a",
-           None if pr is None else pr <= 2,
-           "purge lasted %.0f%% of the measured run" % (ov * 100)
-           if ov is not None else "")
-    for s in ("memory_small", "memory_large"):
-        bpa = val(s, "oncegate", "bytes_per_actor")
-        live = val(s, "oncegate", "live_actors")
-        target("RSS per live key actor (%s)" % s.split("_")[1], "<= 2 KiB",
-               "%s bytes (%s live actors)" % (show(bpa), show(live))
-               if bpa is not None else "n/a",
-               None if bpa is None else bpa <= 2048)
-    z = val("passivation", "oncegate", "live_after")
-    zs = val("passivation", "oncegate", "seconds_to_zero")
-    target("Idle actors passivate", "live actors -> 0",
-           "0 after %.1f s" % zs if z == 0 and zs is not None else "n/a",
-           None if z is None else z == 0)
-    c_lead = val("cluster3_leader_c50", "oncegate_cluster3", "rps")
-    c_fol = val("cluster3_follower_c50", "oncegate_cluster3", "rps")
-    elections = val("cluster3_store", "oncegate_cluster3",
-                    "elections_during_runs")
-    c_note = ("%s election(s) during the runs" % show(elections)
-              if elections else "")
-    for via, c in (("leader", c_lead), ("follower, forwarded", c_fol)):
-        q = ratio(c, uniq)
-        target("3-node cluster, unique keys via the %s" % via,
-               ">= 0.5 x single node",
-               "%.3f x (%s vs %s req/s)" % (q, show(c), show(uniq))
-               if q is not None else "n/a",
-               None if q is None else q >= 0.5, c_note)
-
-    md.append("## Targets")
-    md.append("")
-    md.append("| target | threshold | measured | met | note |")
-    md.append("|---|---|---|---|---|")
-    for name, th, m, ok, note in targets:
-        md.append("| %s | %s | %s | %s | %s |" % (name, th, m, fmt_ok(ok),
-                                                 note))
     md.append("")
 
     # ---- ratios, pair by pair
@@ -292,7 +301,9 @@ def main():
             ("unique keys: 3-node cluster via the leader / single node",
              c_lead, uniq),
             ("unique keys: 3-node cluster via a follower / single node",
-             c_fol, uniq)):
+             c_fol, uniq),
+            ("unique keys via an upstream: https / http", up_https,
+             up_http)):
         q = ratio(a_, b_)
         md.append("| %s | %s | %s | %s |" % (
             label, show(a_) if a_ is not None else "n/a",
@@ -408,6 +419,11 @@ def main():
                 continue
             f.write('"%s" %s\n' % (SHORT[s], " ".join(
                 "?" if v is None else "%.3f" % (v / 1000) for v in vals)))
+        for label, s, x in THROUGHPUT_EXTRA:
+            v = val(s, x, "rps")
+            if v is None:
+                continue
+            f.write('"%s" %.3f ? ? ?\n' % (label, v / 1000))
     with open(os.path.join(a.out, "latency.dat"), "w") as f:
         f.write('"scenario" "p50" "p90 (Redis: p95)" "p99"\n')
         for s, x in LATENCY_ROWS:

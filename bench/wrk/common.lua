@@ -27,6 +27,9 @@ end
 -- bench/preload writes, so preloaded keys answer 409 (not 422).
 body = os.getenv("WRK_BODY")
   or '{"exchange":"BINANCE","symbol":"BTCUSDT","action":"buy","qty":1}'
+-- WRK_PATH: the route's path (default the route `default`); used by
+-- unique.lua (bench/run.sh's upstream group posts to /v1/webhook/NAME).
+webhook_path = os.getenv("WRK_PATH") or "/v1/webhook"
 headers_for = function(key)
   return { ["Content-Type"] = "application/json", ["Idempotency-Key"] = key }
 end

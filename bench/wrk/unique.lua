@@ -11,7 +11,7 @@ request = function()
   if cap > 0 and n > cap then
     i = 1
   end
-  return wrk.format("POST", "/v1/webhook",
+  return wrk.format("POST", webhook_path,
                     headers_for("u-" .. run .. "-" .. id .. "-" .. i), body)
 end
 
