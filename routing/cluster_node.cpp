@@ -429,7 +429,14 @@ caf::behavior front_impl(front_pointer self, node local,
                                    id, describe(err));
             });
       }
-      if (out.is_transfer)
+      if (out.is_transfer && out.leader == 0)
+        // libraft refused it (to this leader itself, another transfer
+        // running) or no leader came out of it: not a success.
+        out.rp.deliver(make_error(errc::invalid_argument,
+                                  "the leadership transfer did not happen "
+                                  "(to the leader itself, another transfer "
+                                  "running, or no leader afterwards)"));
+      else if (out.is_transfer)
         out.rp.deliver(out.leader);
       else
         out.rp.deliver(static_cast<int32_t>(out.status));

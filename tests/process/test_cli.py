@@ -685,6 +685,14 @@ class ClusterTest(CliCase):
         run = self.assert_exit(self.on(lid, "cluster", "transfer", "--to=9"),
                                CONFLICT)
         self.assertIn("409 cluster-change-refused", run.err)
+        # A transfer that cannot happen (to the leader itself) is refused by
+        # the node, not answered 200 with no leader.
+        status, _, body = self.cluster.node(lid).request(
+            "POST", "/v1/cluster/transfer?to=%d" % lid, None,
+            {"Authorization": "Bearer " + TOKEN}, timeout=15)
+        self.assertEqual(status, 409, body)
+        self.assertIn(b"cluster-change-refused", body)
+        self.assertEqual(self.leader(), lid)
 
         # add node 4 (through a follower), then remove it again.
         f1 = [i for i in (1, 2, 3) if i != lid][0]

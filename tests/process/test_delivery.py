@@ -222,11 +222,13 @@ class DeliveryTest(ForwardingCase, unittest.TestCase):
 
 class DeliveryCluster(Cluster):
     """test_cluster's 3-node cluster, its route delivering durably; the
-    retries 1.5-3 s apart (jitter), so that no attempt runs at a moment the
-    test picks right after all were seen queued."""
+    retries 3-6 s apart (jitter), so that no attempt runs at a moment the
+    test picks right after all were seen queued (with 1.5-3 s, on a machine
+    running three such suites at once, the dying leader once started one:
+    in flight under a dead owner, rightly never retried)."""
 
-    ROUTE_OPTIONS = ('delivery="async"\ndelivery-first-retry=3s\n'
-                     'delivery-max-retry=3s\nupstream-connect-timeout=300ms\n')
+    ROUTE_OPTIONS = ('delivery="async"\ndelivery-first-retry=6s\n'
+                     'delivery-max-retry=6s\nupstream-connect-timeout=300ms\n')
 
     def ini_text(self, node_id, peer_ids, join=False):
         text = super().ini_text(node_id, peer_ids, join)
