@@ -1,5 +1,6 @@
 #include "api/forwarder.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <utility>
@@ -40,6 +41,8 @@ record_update outcome_update(const forward_job& job, const upstream_result& res,
   a.now_ms = now_ms;
   if (job.delivery != nullptr && job.delivery->durable && job.attempt > 0)
     a.retry_at_ms = job.delivery->retry_at(now_ms, job.attempt, random);
+  if (a.retry_at_ms != 0 && job.deliver_by_ms != 0)
+    a.retry_at_ms = std::min(a.retry_at_ms, job.deliver_by_ms);
   if (d != delivery::answered)
     return after_delivery(a, d);
   return after_delivery(a, d, static_cast<uint16_t>(res.status),

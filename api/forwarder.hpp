@@ -66,6 +66,9 @@ struct forward_job {
   uint64_t request_id = 0;
   const delivery_policy* delivery = nullptr;
   uint64_t term = 0;
+  /// The record's delivery deadline (0: none): no retry is scheduled
+  /// later than this, so the record fails when it passes.
+  int64_t deliver_by_ms = 0;
 };
 
 /// What became of a forward.

@@ -147,6 +147,7 @@ void redelivery::attempt(record rec, const route_config& route,
   job->request_id = start.request_id;
   job->delivery = &route.delivery;
   job->term = turn.term;
+  job->deliver_by_ms = rec.deliver_by_ms;
   // Durable before it is sent: the one rule that keeps a queued signal at
   // most once (a node that dies after sending leaves it in flight).
   node_.update(std::move(start), [this, job, routing](

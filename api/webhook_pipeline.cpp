@@ -230,6 +230,7 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
       job->delivery = &route.delivery;
       job->term = node_.delivery().term;
       claim.deliver_by_ms = now + route.delivery.deadline.count();
+      job->deliver_by_ms = claim.deliver_by_ms;
       claim.signal_type = job->content_type;
     }
   } else {

@@ -52,6 +52,13 @@ delivery="async"
 delivery-first-retry=100ms
 delivery-max-retry=100ms
 upstream-timeout=300ms
+[route.slow-retry]
+upstream="{url}"
+delivery="async"
+delivery-first-retry=20s
+delivery-max-retry=60s
+delivery-deadline=2s
+upstream-connect-timeout=300ms
 [route.settle]
 upstream="{url}"
 delivery="async"
@@ -168,6 +175,18 @@ class DeliveryTest(ForwardingCase, unittest.TestCase):
         status, _, body = self.node.request("POST", path)
         self.assertEqual(status, 409, body)
         self.assertEqual(self.up.executions(k), 1)
+
+    def test_a_signal_fails_at_its_deadline_not_at_its_next_retry(self):
+        # The next retry (10-20 s away) is later than the deadline (2 s):
+        # the record fails when the deadline passes, as documented.
+        k = self.key()
+        self.up.refuse()
+        t0 = time.monotonic()
+        self.assertEqual(self.post(k, "slow-retry")[0], 202)
+        self.wait_state(k, "slow-retry", "failed", 6)
+        self.assertLess(time.monotonic() - t0, 6)
+        self.up.resume()
+        self.assertEqual(self.up.executions(k), 0)
 
     def test_reconciliation_completes_an_order_the_upstream_has(self):
         k = self.key()
