@@ -102,59 +102,6 @@ std::optional<claim_result> decide_cached(const key_state& st,
                std::string{}, 0}};
 }
 
-// How an answer reaches its requester: a response promise (a request) or
-// a completion (a local caller); both take a value or an error.
-template <class T>
-struct promise_reply {
-  caf::typed_response_promise<T> rp;
-  void operator()(T value) {
-    rp.deliver(std::move(value));
-  }
-  void fail(caf::error err) {
-    rp.deliver(std::move(err));
-  }
-};
-
-// Asks the store to decide `req` and caches what it committed. `await`
-// keeps every later request of this key in the mailbox until the store
-// answered: one decision at a time per key. No timeout: a request timeout
-// costs a clock entry per claim, and the store always answers (or fails
-// when it is gone); a stalled disk is bounded for the sender by
-// http.response-timeout.
-template <class Reply>
-void claim_from_store(key_pointer self, claim_request& req, Reply reply) {
-  self->request(self->state.store, caf::infinite, claim_atom::value,
-                std::move(req))
-    .await(
-      [self, reply](claim_result& res) mutable {
-        remember(self->state, res.rec);
-        reply(std::move(res));
-      },
-      [self, reply](caf::error& err) mutable {
-        // Forget the cache so the next claim asks the store again.
-        self->state.cached.reset();
-        reply.fail(std::move(err));
-      });
-}
-
-template <class Reply>
-void update_in_store(key_pointer self, record_update& upd, Reply reply) {
-  self->request(self->state.store, caf::infinite, update_atom::value,
-                std::move(upd))
-    .await(
-      [self, reply](update_result& res) mutable {
-        if (res.current.found)
-          remember(self->state, res.current.rec);
-        else
-          self->state.cached.reset();
-        reply(std::move(res));
-      },
-      [self, reply](caf::error& err) mutable {
-        self->state.cached.reset();
-        reply.fail(std::move(err));
-      });
-}
-
 key_actor::behavior_type key_impl(key_pointer self,
                                   persistence::store_actor store,
                                   std::string route, std::string key,
@@ -166,24 +113,47 @@ key_actor::behavior_type key_impl(key_pointer self,
   st.max_cached_answer = opts.max_cached_answer;
   return {
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
-      if (auto res = decide_cached(self->state, req))
+      auto& st = self->state;
+      if (auto res = decide_cached(st, req))
         return std::move(*res);
+      // `await` keeps every later request of this key in the mailbox until
+      // the store answered: one decision at a time per key.
       auto rp = self->make_response_promise<claim_result>();
-      claim_from_store(self, req, promise_reply<claim_result>{rp});
+      // No timeout: a request timeout costs a clock entry per claim, and
+      // the store always answers (or fails when it is gone); a stalled disk
+      // is bounded for the sender by http.response-timeout.
+      self->request(st.store, caf::infinite, claim_atom::value,
+                    std::move(req))
+        .await(
+          [self, rp](claim_result& res) mutable {
+            remember(self->state, res.rec);
+            rp.deliver(std::move(res));
+          },
+          [self, rp](caf::error& err) mutable {
+            // Forget the cache so the next claim asks the store again.
+            self->state.cached.reset();
+            rp.deliver(std::move(err));
+          });
       return rp;
-    },
-    [self](claim_atom, claim_request& req, claim_completion& done) {
-      if (auto res = decide_cached(self->state, req))
-        return done(std::move(*res));
-      claim_from_store(self, req, std::move(done));
     },
     [self](update_atom, record_update& upd) {
+      auto& st = self->state;
       auto rp = self->make_response_promise<update_result>();
-      update_in_store(self, upd, promise_reply<update_result>{rp});
+      self->request(st.store, caf::infinite, update_atom::value,
+                    std::move(upd))
+        .await(
+          [self, rp](update_result& res) mutable {
+            if (res.current.found)
+              remember(self->state, res.current.rec);
+            else
+              self->state.cached.reset();
+            rp.deliver(std::move(res));
+          },
+          [self, rp](caf::error& err) mutable {
+            self->state.cached.reset();
+            rp.deliver(std::move(err));
+          });
       return rp;
-    },
-    [self](update_atom, record_update& upd, update_completion& done) {
-      update_in_store(self, upd, std::move(done));
     },
     [self](get_atom) -> caf::result<lookup_result> {
       auto& st = self->state;

@@ -9,7 +9,6 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "actors/completion.hpp"
 #include "common/atoms.hpp"
 #include "common/record.hpp"
 #include "persistence/store_actor.hpp"
@@ -36,11 +35,8 @@ namespace oncegate {
 using key_actor = caf::typed_actor<
   /// Claims the key; answered once the decision is durable.
   caf::replies_to<claim_atom, claim_request>::with<claim_result>,
-  /// The same, answered through the completion (a local caller).
-  caf::reacts_to<claim_atom, claim_request, claim_completion>,
   /// Changes the key's record; answered once the change is durable.
   caf::replies_to<update_atom, record_update>::with<update_result>,
-  caf::reacts_to<update_atom, record_update, update_completion>,
   /// Reads the key's record.
   caf::replies_to<get_atom>::with<lookup_result>,
   /// Leave memory: the registry routes nothing here any more.

@@ -119,15 +119,6 @@ caf::delegated<Result> to_key(registry_pointer self, Atom atom, Msg& msg) {
   return self->delegate(c->hdl, atom, std::move(msg));
 }
 
-// The same for a local caller: the key's actor answers through `done`.
-template <class Atom, class Msg, class Done>
-void to_key(registry_pointer self, Atom atom, Msg& msg, Done& done) {
-  auto c = route_to(self, msg.route, msg.key);
-  if (!c)
-    return done.fail(make_error(errc::overloaded, "too many live keys"));
-  self->send(c->hdl, atom, std::move(msg), std::move(done));
-}
-
 registry_actor::behavior_type
 registry_impl(registry_pointer self, persistence::store_actor store,
               registry_options opts) {
@@ -155,14 +146,8 @@ registry_impl(registry_pointer self, persistence::store_actor store,
     [self](claim_atom atom, claim_request& req) {
       return to_key<claim_result>(self, atom, req);
     },
-    [self](claim_atom atom, claim_request& req, claim_completion& done) {
-      to_key(self, atom, req, done);
-    },
     [self](update_atom atom, record_update& upd) {
       return to_key<update_result>(self, atom, upd);
-    },
-    [self](update_atom atom, record_update& upd, update_completion& done) {
-      to_key(self, atom, upd, done);
     },
     [self](get_atom, const std::string& route,
            const std::string& key) -> caf::delegated<lookup_result> {

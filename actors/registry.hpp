@@ -45,12 +45,8 @@ typename Inspector::result_type inspect(Inspector& f, registry_stats& x) {
 using registry_actor = caf::typed_actor<
   /// Routes a claim to the key's actor (delegated: the actor answers).
   caf::replies_to<claim_atom, claim_request>::with<claim_result>,
-  /// The same for a local caller (an HTTP thread): the key's actor calls
-  /// the completion; no actor of the caller's in between.
-  caf::reacts_to<claim_atom, claim_request, claim_completion>,
   /// Routes a state change to the key's actor.
   caf::replies_to<update_atom, record_update>::with<update_result>,
-  caf::reacts_to<update_atom, record_update, update_completion>,
   /// Routes a lookup to the key's actor, or to the store when none is live.
   caf::replies_to<get_atom, std::string, std::string>::with<lookup_result>,
   /// The idle sweep (sent by the shard to itself).
