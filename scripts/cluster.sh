@@ -8,7 +8,9 @@
 #   scripts/cluster.sh restart cluster-config/three-node 2    # (re)start node 2
 #   scripts/cluster.sh stop   cluster-config/three-node   # SIGTERM all
 #
-# Logs and pid files go to each node's data dir (node.log, node.pid).
+# Logs and pid files go to each node's data dir (node.log, node.pid). On a
+# cluster with an admin token, export ONCEGATE_TOKEN for status and
+# kill-leader (they read GET /v1/cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,9 +73,17 @@ start_one() {
   echo "node $(node_id "$ini") started (pid $!, http 127.0.0.1:$(http_port "$ini"), log $dd/node.log)"
 }
 
-# cluster_json INI: GET /v1/cluster of that node (empty when down).
+# cluster_json INI: GET /v1/cluster of that node (empty when down). With
+# ONCEGATE_TOKEN set (a cluster with admin.token-env), it is sent as the
+# bearer token, from a file descriptor rather than the command line.
 cluster_json() {
-  curl -s --max-time 1 "http://127.0.0.1:$(http_port "$1")/v1/cluster" || true
+  local url="http://127.0.0.1:$(http_port "$1")/v1/cluster"
+  if [[ -n ${ONCEGATE_TOKEN:-} ]]; then
+    curl -s --max-time 1 -H @<(printf 'Authorization: Bearer %s\n' "$ONCEGATE_TOKEN") \
+      "$url" || true
+  else
+    curl -s --max-time 1 "$url" || true
+  fi
 }
 
 wait_ready() {
@@ -120,7 +130,7 @@ case $cmd in
   start)
     if [[ -z ${ONCEGATE_BIN:-} ]]; then
       # Installs what is missing (apt-get), then builds (incremental).
-      scripts/setup.sh
+      scripts/setup.sh --node
       scripts/build.sh >/dev/null
     fi
     make_certs
