@@ -287,10 +287,19 @@ class TestUpstream:
         self.stop()
 
     def outage(self):
-        """Stop as a crashed upstream would: the listening socket closed
-        and every open connection shut down (a request being read or
-        answered is cut off)."""
-        self.stop()
+        """Stop as a crashed upstream would: the listening socket stops
+        listening at once and every open connection is shut down (a request
+        being read or answered is cut off). The accept loop ends in the
+        background: `server_close` waits for the connection threads, which
+        must not hold up the outage (or a signal handler calling this)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._release.set()
+        try:
+            server.socket.shutdown(socket.SHUT_RDWR)  # no longer listening
+        except OSError:
+            pass
         with self._lock:
             conns = list(self._open)
         for sock in conns:
@@ -299,10 +308,21 @@ class TestUpstream:
             except OSError:
                 pass
 
+        def finish():
+            server.shutdown()
+            server.server_close()
+        self._stopping = threading.Thread(target=finish, daemon=True)
+        self._stopping.start()
+
     def resume(self):
         """Listen again on the same port (serving already: nothing)."""
         if self._server is not None:
             return self
+        stopping = getattr(self, "_stopping", None)
+        if stopping is not None:
+            # The old accept loop must have let go of the port (bounded:
+            # the loop polls every 0.5 s; its connections are shut down).
+            stopping.join(10)
         self._release.clear()
         return self.start()
 
