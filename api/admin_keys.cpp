@@ -27,9 +27,9 @@ std::string record_json(const record& rec) {
   out += R"(,"state":")";
   out += to_string(rec.state);
   out += R"(","first_seen":")";
-  out += format_timestamp(rec.first_seen_ms);
+  append_timestamp(out, rec.first_seen_ms);
   out += R"(","expires_at":")";
-  out += format_timestamp(rec.expires_at_ms);
+  append_timestamp(out, rec.expires_at_ms);
   out += R"(","fingerprint":")";
   out += to_hex(rec.fingerprint);
   out += "\"";
@@ -40,11 +40,11 @@ std::string record_json(const record& rec) {
     out += R"(,"reconciles":)";
     out += std::to_string(rec.reconciles);
     out += R"(,"deliver_by":")";
-    out += format_timestamp(rec.deliver_by_ms);
+    append_timestamp(out, rec.deliver_by_ms);
     out += "\"";
     if (rec.state == record_state::queued) {
       out += R"(,"next_attempt":")";
-      out += format_timestamp(rec.next_attempt_ms);
+      append_timestamp(out, rec.next_attempt_ms);
       out += "\"";
     }
   }

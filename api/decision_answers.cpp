@@ -11,13 +11,6 @@ namespace oncegate::gateway {
 
 namespace {
 
-// Adds members to a problem body (which ends with `}`).
-void extend_problem(http_response& res, const std::string& members) {
-  res.body.pop_back();
-  res.body += members;
-  res.body += '}';
-}
-
 // Stored headers are `Name: value` lines; only Content-Type is kept.
 std::string stored_content_type(const std::string& headers) {
   constexpr std::string_view prefix = "Content-Type: ";
@@ -64,7 +57,7 @@ std::string status_body(const char* status, const idempotency_key& key,
   out += R"(,"key_source":")";
   out += to_string(key.source);
   out += R"(","received_at":")";
-  out += format_timestamp(now_ms);
+  append_timestamp(out, now_ms);
   out += "\"}";
   return out;
 }
@@ -120,14 +113,17 @@ http_response duplicate_response(const route_config& route, const record& rec,
                            "this idempotency key was already used; the "
                            "original request was executed"},
                           key.value);
-  std::string extra = R"(,"first_seen":")";
-  extra += format_timestamp(rec.first_seen_ms);
-  extra += R"(","original_status":)";
-  extra += std::to_string(rec.status);
-  extra += R"(,"key_source":")";
-  extra += to_string(key.source);
-  extra += "\"";
-  extend_problem(res, extra);
+  // The members the contract adds to a duplicate's problem, written into
+  // its body in place (before the closing brace).
+  auto& out = res.body;
+  out.pop_back();
+  out += R"(,"first_seen":")";
+  append_timestamp(out, rec.first_seen_ms);
+  out += R"(","original_status":)";
+  out += std::to_string(rec.status);
+  out += R"(,"key_source":")";
+  out += to_string(key.source);
+  out += "\"}";
   res.set("Idempotent-Replayed", "true");
   return res;
 }

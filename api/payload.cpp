@@ -43,6 +43,10 @@ void append_quoted(std::string& out, std::string_view s) {
 // object sorts its members once it knows them all.
 class canonical_handler {
 public:
+  /// Members of a usual signal object (exchange, symbol, action, price,
+  /// quantity, time, ...): reserved at once.
+  static constexpr std::size_t usual_members = 8;
+
   static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
   static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
   static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
@@ -60,6 +64,8 @@ public:
     if (stack_.empty())
       root_is_object_ = true;
     stack_.push_back(container{true, {}, {}, {}});
+    // One allocation for the members of a usual signal.
+    stack_.back().members.reserve(usual_members);
     return true;
   }
 
@@ -79,7 +85,12 @@ public:
       return fail(ec, duplicate_member(dup->first));
     }
     bool top_level = stack_.size() == 1;
-    std::string text = "{";
+    std::size_t bytes = 2;
+    for (auto& [name, value] : members)
+      bytes += name.size() + value.size() + 4;
+    std::string text;
+    text.reserve(bytes);
+    text += '{';
     for (auto& [name, value] : members) {
       if (top_level && is_auth_member(name))
         continue;

@@ -35,12 +35,21 @@ void set_common_headers(http_response& res, const std::string& key) {
     res.set("Idempotency-Key", key);
 }
 
+/// Header lines of an answer (content type, cache control, the key, a
+/// replay mark, Retry-After or Allow): one allocation for them.
+constexpr std::size_t answer_fields = 6;
+
+/// A problem body with its extensions fits without growing.
+constexpr std::size_t problem_body_bytes = 384;
+
 http_response make_problem(const rejection& why, const std::string& key) {
   http_response res;
+  res.headers.reserve(answer_fields);
   res.status = why.status;
   res.set("Content-Type", "application/problem+json");
   set_common_headers(res, key);
   std::string& out = res.body;
+  out.reserve(problem_body_bytes + key.size());
   out = R"({"type":")";
   out += problem_base;
   out += why.type;
@@ -60,6 +69,7 @@ http_response make_problem(const rejection& why, const std::string& key) {
 
 http_response json_response(int status, std::string body) {
   http_response res;
+  res.headers.reserve(answer_fields);
   res.status = status;
   res.set("Content-Type", "application/json");
   res.set("Cache-Control", "no-store");

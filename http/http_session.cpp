@@ -1,6 +1,7 @@
 #include "http/http_session.hpp"
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
@@ -12,6 +13,7 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "common/logging.hpp"
+#include "http/response_render.hpp"
 #include "http/server_tls.hpp"
 #include "http/transport_errors.hpp"
 #include "http/upstream_tls.hpp"
@@ -23,10 +25,8 @@ namespace {
 using plain_stream = beast::tcp_stream;
 using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
-// HTTP forbids a body in these final answers (RFC 9110 6.4.1).
-bool bodiless_status(int status) {
-  return status == 204 || status == 304;
-}
+/// A header buffer larger than this is freed after its answer is written.
+constexpr std::size_t kept_head_capacity = 4 * 1024;
 
 /// The first byte of every TLS connection: a handshake record (RFC 8446
 /// 5.1, the same since SSL 3). A plain HTTP request starts with a letter.
@@ -262,12 +262,12 @@ template <class Stream>
 void http_session<Stream>::on_header(beast::error_code ec) {
   if (ec)
     return on_read_error(ec);
-  auto& req = parser_->get();
-  head_ = req.method() == http::verb::head;
-  version_ = req.version();
+  auto& req = parser_->request();
+  head_ = parser_->is_head();
+  version_ = parser_->version();
   std::size_t handler_limit = 0;
   if (!run_guarded(id_, req_id_, "body_limit", [&] {
-        handler_limit = srv_->handler.body_limit(req.target());
+        handler_limit = srv_->handler.body_limit(req.target);
       }))
     return write(internal_error_problem());
   auto limit = std::min(srv_->opts.body_limit, handler_limit);
@@ -277,16 +277,16 @@ void http_session<Stream>::on_header(beast::error_code ec) {
                                    "request body exceeds the limit"));
   // Only plain chunked framing is understood; anything else (gzip, ...)
   // would hand the handler bytes it cannot read.
-  if (auto te = req[http::field::transfer_encoding];
-      !te.empty() && !beast::iequals(te, "chunked"))
+  if (auto te = req.header("transfer-encoding");
+      te && !te->empty() && !beast::iequals(*te, "chunked"))
     return write(transport_problem(501, "Not implemented",
                                    "unsupported transfer coding"));
   if (parser_->is_done())
     return dispatch_request();
   phase_ = phase::body;
   arm(srv_->opts.body_timeout);
-  auto expect = req[http::field::expect];
-  if (beast::iequals(expect, "100-continue")) {
+  if (auto expect = req.header("expect");
+      expect && beast::iequals(*expect, "100-continue")) {
     static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
     net::async_write(stream_, net::buffer(cont.data(), cont.size()),
                      [self = this->shared_from_this()](beast::error_code ec,
@@ -344,19 +344,8 @@ template <class Stream>
 void http_session<Stream>::dispatch_request() {
   phase_ = phase::handling;
   arm(srv_->opts.response_timeout);
-  auto msg = parser_->release();
-  keep_alive_ = msg.keep_alive();
-  http_request req;
-  req.method = std::string{msg.method_string()};
-  req.target = std::string{msg.target()};
-  req.headers.reserve(8);
-  for (auto& f : msg) {
-    std::string name{f.name_string()};
-    for (auto& c : name)
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    req.headers.emplace_back(std::move(name), std::string{f.value()});
-  }
-  req.body = std::move(msg.body());
+  keep_alive_ = parser_->keep_alive();
+  http_request req = std::move(parser_->request());
   req.remote = remote_;
   req.conn_id = id_;
   req.req_id = req_id_;
@@ -380,57 +369,45 @@ template <class Stream>
 void http_session<Stream>::write(http_response res) {
   phase_ = phase::writing;
   arm(srv_->opts.body_timeout);
-  // Beast throws for what it cannot serialise (a status beyond 999, a
-  // field over 64 KiB), and so does `build` for a status that is no final
-  // answer: the request gets a 500 instead of the exception ending the
-  // process.
+  // What must not be sent (no final status, a field that would inject
+  // another, one over the size limit) gets a 500 instead: a handler bug
+  // neither ends the process nor reaches the client.
   if (!run_guarded(id_, req_id_, "response", [&] { build(std::move(res)); }))
     build(internal_error_problem());
-  sr_.emplace(res_);
   auto on_written = [self = this->shared_from_this()](beast::error_code ec,
                                                       std::size_t) {
-    self->sr_.reset();
+    // An idle connection keeps a small header buffer for its next
+    // answer, not the memory of the last one.
+    std::string{}.swap(self->body_);
+    if (self->head_block_.capacity() > kept_head_capacity)
+      std::string{}.swap(self->head_block_);
     if (ec)
       return self->close();
     if (!self->keep_open_)
       return self->finish();
     self->wait_for_request();
   };
-  // A HEAD answer is the GET answer's header block, Content-Length
-  // included, without the body (RFC 9110 9.3.2).
-  if (head_)
-    http::async_write_header(stream_, *sr_, std::move(on_written));
-  else
-    http::async_write(stream_, *sr_, std::move(on_written));
+  // One write: the header block and the body, unless HEAD or a bodiless
+  // status leaves the body out.
+  std::array<net::const_buffer, 2> bufs{
+    net::buffer(head_block_),
+    net::buffer(body_.data(), send_body_ ? body_.size() : 0)};
+  net::async_write(stream_, bufs, std::move(on_written));
 }
 
 template <class Stream>
 void http_session<Stream>::build(http_response res) {
-  if (res.status < 200 || res.status > 599)
-    throw std::invalid_argument("status " + std::to_string(res.status)
-                                + " is not a final HTTP status");
-  res_ = {};
-  res_.version(11);
-  res_.result(static_cast<unsigned>(res.status));
-  for (auto& [k, v] : res.headers)
-    res_.insert(k, v);
   keep_open_ = keep_alive_ && !res.close && !srv_->stopping;
-  res_.keep_alive(keep_open_);
-  // An HTTP/1.0 client keeps the connection only when told so.
-  if (keep_open_ && version_ < 11)
-    res_.set(http::field::connection, "keep-alive");
-  if (bodiless_status(res.status)) {
-    // No body, and no Content-Length either (RFC 9110 8.6): whatever the
-    // handler put there would be read as the start of the next response.
-    if (!res.body.empty())
-      log::gateway()->debug("[C{}][R{}] http.body_dropped status={} bytes={}",
-                            id_, req_id_, res.status, res.body.size());
-    res_.erase(http::field::content_length);
-    res_.erase(http::field::transfer_encoding);
-    return;
-  }
-  res_.body() = std::move(res.body);
-  res_.prepare_payload();
+  render_options opts;
+  opts.keep_open = keep_open_;
+  opts.http10 = version_ < 11;
+  opts.head = head_;
+  auto rendered = render_head(res, opts, head_block_);
+  if (rendered.body_dropped)
+    log::gateway()->debug("[C{}][R{}] http.body_dropped status={} bytes={}",
+                          id_, req_id_, res.status, res.body.size());
+  send_body_ = rendered.send_body;
+  body_ = std::move(res.body);
 }
 
 template <class Stream>

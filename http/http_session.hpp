@@ -19,6 +19,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "http/request_reader.hpp"
 #include "http/server_impl.hpp"
 
 namespace oncegate::gateway::detail {
@@ -165,9 +166,12 @@ private:
   std::shared_ptr<const server_tls> tls_;
   Stream stream_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  http::response<http::string_body> res_;
-  std::optional<http::response_serializer<http::string_body>> sr_;
+  std::optional<request_reader> parser_;
+  /// The current answer: its header block (the buffer is reused from
+  /// answer to answer) and its body.
+  std::string head_block_;
+  std::string body_;
+  bool send_body_ = false;
   std::string remote_;
   uint64_t id_;
   uint64_t req_id_ = 0;

@@ -84,6 +84,8 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
     // nop
   }
 
+  /// Where a new connection's handlers run: serialised per connection.
+  net::any_io_executor connection_executor();
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket sock);
   void on_accept_error(beast::error_code ec);

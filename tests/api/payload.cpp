@@ -3,9 +3,12 @@
 
 #include "api/payload.hpp"
 
+#include <cstdio>
+#include <ctime>
 #include <string>
 #include <string_view>
 
+#include "api/json_text.hpp"
 #include "common/sha256.hpp"
 #include "tests/api/expect.hpp"
 #include "tests/common/checks.hpp"
@@ -459,4 +462,59 @@ CAF_TEST(rejection details never echo the body) {
     CAF_CHECK_EQUAL(r.detail.find(secret), std::string::npos);
     CAF_CHECK_EQUAL(r.title.find(secret), std::string::npos);
   }
+}
+
+// -- digests and timestamps ---------------------------------------------------
+
+CAF_TEST(fingerprints are SHA-256 with the FIPS 180-2 known answers) {
+  using oncegate::sha256;
+  using oncegate::to_hex;
+  CAF_CHECK_EQUAL(to_hex(sha256("abc")),
+                  "ba7816bf8f01cfea414140de5dae2223"
+                  "b00361a396177a9cb410ff61f20015ad");
+  CAF_CHECK_EQUAL(to_hex(sha256("")),
+                  "e3b0c44298fc1c149afbf4c8996fb924"
+                  "27ae41e4649b934ca495991b7852b855");
+  CAF_CHECK_EQUAL(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmn"
+                                "lmnomnopnopq")),
+                  "248d6a61d20638b8e5c026930c3e6039"
+                  "a33ce45964ff2167f6ecedd419db06c1");
+  // The per-thread context is reused: the same input, the same digest.
+  CAF_CHECK_EQUAL(sha256("abc"), sha256("abc"));
+  CAF_CHECK_EQUAL(sha256(std::string(1000000, 'a')).size(), 32u);
+  CAF_CHECK_EQUAL(to_hex(sha256(std::string(1000000, 'a'))),
+                  "cdc76e5c9914fb9281a1c7e284d73e67"
+                  "f1809a48a497200e046d39ccc7112cd0");
+}
+
+CAF_TEST(timestamps are formatted as gmtime does before and after 1970) {
+  CAF_CHECK_EQUAL(format_timestamp(0), "1970-01-01T00:00:00.000Z");
+  CAF_CHECK_EQUAL(format_timestamp(-1), "1969-12-31T23:59:59.999Z");
+  CAF_CHECK_EQUAL(format_timestamp(951782400123), "2000-02-29T00:00:00.123Z");
+  CAF_CHECK_EQUAL(format_timestamp(253402300799999),
+                  "9999-12-31T23:59:59.999Z");
+  // Every day's boundaries over 1900-2400 (leap years and centuries
+  // included) against the C library's calendar.
+  std::size_t compared = 0;
+  std::size_t differ = 0;
+  for (int64_t day = -25567; day <= 157054; day += 1) {
+    for (int64_t ms : {int64_t{0}, int64_t{86399999}}) {
+      auto t = day * 86400000 + ms;
+      auto secs = static_cast<std::time_t>(t / 1000);
+      if (t < 0 && t % 1000 != 0)
+        --secs;
+      std::tm tm{};
+      gmtime_r(&secs, &tm);
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                    tm.tm_min, tm.tm_sec,
+                    static_cast<int>(((t % 1000) + 1000) % 1000));
+      ++compared;
+      if (format_timestamp(t) != buf && differ++ == 0)
+        CAF_CHECK_EQUAL(format_timestamp(t), buf); // the first one shown
+    }
+  }
+  CAF_CHECK_EQUAL(compared, 2u * (157054 + 25567 + 1));
+  CAF_CHECK_EQUAL(differ, 0u);
 }
