@@ -15,6 +15,7 @@
 #   BENCH_BIG_KEYS=10000000/10000  records preloaded for the big-store scenario
 #   BENCH_RESTARTS=3               restarts timed (median reported)
 #   BENCH_PURGE_KEYS=1000000/10000 expired records purged under load
+#   BENCH_PURGE_RUNS=3/1           purge rounds (the median round reported)
 #   BENCH_MEM_KEYS=100000/5000     live key actors, small memory measurement
 #   BENCH_MEM_KEYS_LARGE=1000000/10000  large memory measurement (0: skip)
 #   BENCH_PASSIVATE_KEYS=5000/1000 BENCH_IDLE_TIMEOUT=5s/2s  passivation check
@@ -45,10 +46,11 @@ START_EPOCH=$EPOCHREALTIME
 SMOKE=${BENCH_SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   d_secs=2 d_pool=2000 d_big=10000 d_purge=10000 d_mem=5000 d_mem_large=10000
-  d_passivate=1000 d_idle=2s d_cold=5000 d_flood=300
+  d_passivate=1000 d_idle=2s d_cold=5000 d_flood=300 d_purge_runs=1
 else
   d_secs=10 d_pool=10000 d_big=10000000 d_purge=1000000 d_mem=100000
   d_mem_large=1000000 d_passivate=5000 d_idle=5s d_cold=100000 d_flood=3000
+  d_purge_runs=3
 fi
 FLOOD_KEYS=${BENCH_FLOOD_KEYS:-$d_flood}
 SECS=${BENCH_SECONDS:-$d_secs}
@@ -58,6 +60,7 @@ POOL=${BENCH_POOL:-$d_pool}
 BIG_KEYS=${BENCH_BIG_KEYS:-$d_big}
 RESTARTS=${BENCH_RESTARTS:-3}
 PURGE_KEYS=${BENCH_PURGE_KEYS:-$d_purge}
+PURGE_RUNS=${BENCH_PURGE_RUNS:-$d_purge_runs}
 MEM_KEYS=${BENCH_MEM_KEYS:-$d_mem}
 MEM_KEYS_LARGE=${BENCH_MEM_KEYS_LARGE:-$d_mem_large}
 PASSIVATE_KEYS=${BENCH_PASSIVATE_KEYS:-$d_passivate}
@@ -365,6 +368,27 @@ proc_end() {
 }
 pkv() { sed -nE "s/(^|.* )$1=([^ ]*).*/\2/p" <<<"$PROC_RESULT"; }
 
+# side_begin NAME PID... / side_end NAME REQUESTS: CPU of other processes
+# (an upstream, a cluster's nodes) over the same run as proc_begin/end's;
+# side_end prints the CPU microseconds per request of all of them.
+side_begin() {
+  local name=$1
+  shift
+  py proc-sample "$@" >"$LOGS/side-$SCOPE-$name.0" \
+    || die "proc-sample $*: not running"
+  echo "$*" >"$LOGS/side-$SCOPE-$name.pids"
+}
+side_end() {
+  local res
+  # shellcheck disable=SC2046 # the pids: words
+  py proc-sample $(cat "$LOGS/side-$SCOPE-$1.pids") >"$LOGS/side-$SCOPE-$1.1" \
+    || die "proc-sample: $1 not running after the run"
+  res=$(py proc-delta "$LOGS/side-$SCOPE-$1.0" "$LOGS/side-$SCOPE-$1.1" "$2") \
+    || die "proc-delta failed"
+  echo "$SCOPE side $1 requests=$2 $res" >>"$RAW"
+  sed -nE 's/(^|.* )cpu_us_per_req=([^ ]*).*/\2/p' <<<"$res"
+}
+
 # emit_proc SCENARIO SYSTEM: the current PROC_RESULT as CSV rows.
 emit_proc() {
   emit "$1" "$2" cpu_us_per_req "$(pkv cpu_us_per_req)" us
@@ -554,7 +578,7 @@ make_upstream_certs() {  # DIR: ca.pem, server.pem, server.key
 
 sc_upstream() {
   local dir=$RUN_TMP/upstream ports=() hport sport pid i ini route sys ok
-  local http https sent
+  local http https sent wpid nsys ncpu
   mkdir -p "$dir"
   make_upstream_certs "$dir/tls"
   mapfile -t ports < <(py freeport 2)
@@ -589,12 +613,21 @@ upstream-ca-file="$dir/tls/ca.pem"
 EOF_INI
   start_node upstream "$dir/node" --config-file="$ini"
   log "node up on port $NODE_PORT: route plain -> http://127.0.0.1:$hport, route tls -> https://127.0.0.1:$sport"
+  # The upstream's own CPU per request (its one worker process), next to
+  # the node's: both ends of the TLS connections share the two cores.
+  wpid=$(pgrep -P "$pid" | head -n 1)
+  [ -n "$wpid" ] || die "nginx (upstream) has no worker process"
   for route in plain tls; do
     sys=$([ "$route" = tls ] && echo oncegate_https_upstream || echo oncegate_http_upstream)
+    nsys=$([ "$route" = tls ] && echo nginx_https_upstream || echo nginx_http_upstream)
+    side_begin "nginx-$route" "$wpid"
     run_wrk_proc "$NODE_PID" "upstream-$route" 200 "$THREADS" "$CONNS" "$SECS" \
       unique.lua "$NODE_PORT" WRK_PATH="/v1/webhook/$route"
     emit_wrk upstream_c50 "$sys"
     emit_proc upstream_c50 "$sys"
+    ncpu=$(side_end "nginx-$route" "$(kv requests)")
+    emit upstream_c50 "$nsys" cpu_us_per_req "$ncpu" us
+    log "  upstream_c50/$nsys: $ncpu us CPU per request (the upstream's worker)"
     # Every answer came from the upstream (none released or in doubt).
     sent=$(metric "oncegate_upstream_results_total{route=\"$route\",result=\"response\"}")
     emit upstream_c50 "$sys" upstream_responses "$sent" count
@@ -641,32 +674,69 @@ sc_big() {
 # 6: unique keys while the alarm purges many expired records. wrk starts
 # right after the ready line (the alarm purges from start) and is stopped
 # when oncegate_purged_records_total reaches the count, so the measured run
-# is the purge (at least BENCH_PURGE_MIN_SECONDS, default 1).
+# is the purge (at least BENCH_PURGE_MIN_SECONDS, default 1). The p99 of
+# one such run is decided by a few stalls and did not repeat (0.42-4.3 x
+# for one build): BENCH_PURGE_RUNS rounds, each on a fresh preload, and
+# the round with the median p99 is the one reported (every round's p99 is
+# kept as p99_us_round_N). Each round's no-purge p99 is measured on the
+# same node right after its purge; p99_ratio is against their median.
 sc_purge() {
-  local data=$RUN_TMP/purge secs base wrk_s purge_s
-  log "preloading $PURGE_KEYS expired records"
-  secs=$(preload "$data" x- "$PURGE_KEYS" --expired)
-  log "  preloaded in ${secs}s"
+  local data secs base wrk_s purge_s r p99s=() results=() waits=() mid
+  local purged=() runs=() bases=() base_mid
+  for r in $(seq "$PURGE_RUNS"); do
+    data=$RUN_TMP/purge-$r
+    log "round $r/$PURGE_RUNS: preloading $PURGE_KEYS expired records"
+    secs=$(preload "$data" x- "$PURGE_KEYS" --expired)
+    log "  preloaded in ${secs}s"
+    start_node "purge-$r" "$data"
+    RUN_MIN=${BENCH_PURGE_MIN_SECONDS:-1}
+    run_wrk_until "purge-unique-$r" 200 "$THREADS" "$CONNS" unique.lua \
+      "$NODE_PORT" oncegate_purged_records_total "$PURGE_KEYS" \
+      "${BENCH_PURGE_TIMEOUT:-300}"
+    RUN_MIN=0
+    p99s[r]=$(kv p99_us)
+    results[r]=$WRK_RESULT
+    waits[r]=$WAITED
+    purged[r]=$(metric oncegate_purged_records_total)
+    runs[r]=$(metric oncegate_purge_runs_total)
+    # The no-purge baseline on the same node right after, with the same
+    # store and live actors, not `core`'s minutes earlier on an empty one.
+    # (Rounds once read 39-56 ms after the Redis group and 8-9 ms without
+    # it: that was the registry's rehash, 57-209 ms at 100k-500k live keys,
+    # landing in whichever run crossed the size; gone since 4c8df1e.)
+    run_wrk "purge-base-$r" 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$NODE_PORT"
+    bases[r]=$(kv p99_us)
+    emit purge_unique_c50 oncegate "p99_us_round_$r" "${p99s[r]}" us
+    emit purge_unique_c50 oncegate "no_purge_p99_us_round_$r" "${bases[r]}" us
+    log "  round $r: p99 ${p99s[r]} us while purging (${WAITED}s), ${bases[r]} us after it"
+    stop_node
+    rm -rf "$data"
+  done
+  # The median round (by p99) is the run reported.
+  mid=$(for r in $(seq "$PURGE_RUNS"); do echo "${p99s[r]} $r"; done \
+         | sort -n | awk '{ v[NR] = $2 } END { print v[int((NR + 1) / 2)] }')
+  WRK_RESULT=${results[mid]}
+  purge_s=${waits[mid]}
   emit purge_unique_c50 oncegate purge_keys "$PURGE_KEYS" count
-  start_node purge "$data"
-  RUN_MIN=${BENCH_PURGE_MIN_SECONDS:-1}
-  run_wrk_until purge-unique 200 "$THREADS" "$CONNS" unique.lua "$NODE_PORT" \
-    oncegate_purged_records_total "$PURGE_KEYS" "${BENCH_PURGE_TIMEOUT:-300}"
-  RUN_MIN=0
-  purge_s=$WAITED
+  emit purge_unique_c50 oncegate purge_rounds "$PURGE_RUNS" count
+  emit purge_unique_c50 oncegate median_round "$mid" count
   emit_wrk purge_unique_c50 oncegate
   wrk_s=$(kv seconds)
+  base_mid=$(printf '%s\n' "${bases[@]}" | sort -n \
+              | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+  emit purge_unique_c50 oncegate no_purge_p99_us "$base_mid" us
+  emit purge_unique_c50 oncegate p99_ratio "$(ratio "$(kv p99_us)" "$base_mid")" x
+  # Against core's unique_c50 too (the baseline of earlier runs).
   base=$(csv_value unique_c50 oncegate p99_us)
   if [ -n "$base" ]; then
-    emit purge_unique_c50 oncegate p99_ratio "$(ratio "$(kv p99_us)" "$base")" x
+    emit purge_unique_c50 oncegate p99_ratio_to_core "$(ratio "$(kv p99_us)" "$base")" x
   fi
   emit purge_unique_c50 oncegate purge_s "$purge_s" s
-  emit purge_unique_c50 oncegate purged_records "$(metric oncegate_purged_records_total)" count
-  emit purge_unique_c50 oncegate purge_runs "$(metric oncegate_purge_runs_total)" count
+  emit purge_unique_c50 oncegate purged_records "${purged[mid]}" count
+  emit purge_unique_c50 oncegate purge_runs "${runs[mid]}" count
   # Share of the measured run during which the purge was still going on.
   emit purge_unique_c50 oncegate purge_overlap "$(awk -v p="$purge_s" -v w="$wrk_s" 'BEGIN { r = p / w; printf "%.2f", (r > 1 ? 1 : r) }')" fraction
-  log "  purge of $PURGE_KEYS took ${purge_s}s (measured run ${wrk_s}s)"
-  stop_node
+  log "  purge of $PURGE_KEYS: p99 per round ${p99s[*]} us (after it: ${bases[*]} us); median round $mid (purge ${purge_s}s, measured run ${wrk_s}s)"
 }
 
 # 7: RSS per live key actor (idle timeout 1 h: nothing passivates).
@@ -832,12 +902,26 @@ cluster_run() {
   emit_wrk cluster3_unloaded "$sys"
   acked=$((acked + $(status_count 200)))
   base=$(csv_value unique_c50 oncegate rps)
+  # CPU per decision of the three nodes together and of the leader: the
+  # cluster and wrk share the two cores, so the sum bounds the rate.
+  side_begin "cluster-$mode-leader-all" "${pids[1]}" "${pids[2]}" "${pids[3]}"
+  side_begin "cluster-$mode-leader-leader" "${pids[lid]}"
   run_wrk "cluster-$mode-leader" 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$lport"
   emit_wrk cluster3_leader_c50 "$sys"
+  emit cluster3_leader_c50 "$sys" cpu_us_per_req \
+    "$(side_end "cluster-$mode-leader-all" "$(kv requests)")" us
+  emit cluster3_leader_c50 "$sys" cpu_us_per_req_leader \
+    "$(side_end "cluster-$mode-leader-leader" "$(kv requests)")" us
   acked=$((acked + $(status_count 200)))
   [ -z "$base" ] || emit cluster3_leader_c50 "$sys" ratio_to_single "$(ratio "$(kv rps)" "$base")" x
+  side_begin "cluster-$mode-follower-all" "${pids[1]}" "${pids[2]}" "${pids[3]}"
+  side_begin "cluster-$mode-follower-leader" "${pids[lid]}"
   run_wrk "cluster-$mode-follower" 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$fport"
   emit_wrk cluster3_follower_c50 "$sys"
+  emit cluster3_follower_c50 "$sys" cpu_us_per_req \
+    "$(side_end "cluster-$mode-follower-all" "$(kv requests)")" us
+  emit cluster3_follower_c50 "$sys" cpu_us_per_req_leader \
+    "$(side_end "cluster-$mode-follower-leader" "$(kv requests)")" us
   acked=$((acked + $(status_count 200)))
   [ -z "$base" ] || emit cluster3_follower_c50 "$sys" ratio_to_single "$(ratio "$(kv rps)" "$base")" x
 

@@ -49,6 +49,8 @@ duplicates_c50 nginx
 commit_floor sqlite_wal_full
 upstream_c50 oncegate_http_upstream
 upstream_c50 oncegate_https_upstream
+upstream_c50 nginx_http_upstream
+upstream_c50 nginx_https_upstream
 mix_c50 oncegate
 hot_c50 oncegate
 big_store_restart oncegate
@@ -92,6 +94,20 @@ for row in unloaded,oncegate unique_c50,oncegate duplicates_c50,oncegate \
       END { exit !f }' "$csv" && ok=0
     check "$row/$m" "$ok" "no row with a number (positive for the CPU)"
   done
+done
+# The other processes' CPU over the same runs: the upstream's worker, and
+# the cluster's three nodes (with the leader's share).
+for row in upstream_c50,nginx_http_upstream,cpu_us_per_req \
+           upstream_c50,nginx_https_upstream,cpu_us_per_req \
+           cluster3_leader_c50,oncegate_cluster3,cpu_us_per_req \
+           cluster3_leader_c50,oncegate_cluster3,cpu_us_per_req_leader \
+           cluster3_follower_c50,oncegate_cluster3,cpu_us_per_req \
+           cluster3_follower_c50,oncegate_cluster3,cpu_us_per_req_leader; do
+  ok=1
+  [ -f "$csv" ] && awk -F, -v r="$row" '
+    $1 "," $2 "," $3 == r && $4 ~ /^[0-9.]+$/ && $4 + 0 > 0 { f = 1 }
+    END { exit !f }' "$csv" && ok=0
+  check "$row" "$ok" "no positive value"
 done
 for row in commit_floor,sqlite_wal_full,p50_us commit_floor,sqlite_wal_full,p99_us \
            upstream_c50,oncegate_https_upstream,ratio_to_http \
