@@ -52,7 +52,6 @@ import socket
 import ssl
 import sys
 import threading
-import time
 from urllib.parse import unquote
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -260,6 +259,7 @@ class TestUpstream:
         self._release = threading.Event()
         self._open = set()  # the sockets of the connections being served
         self._server = None
+        self._stopping = None  # the accept loop an outage is ending
         self._thread = None
 
     def start(self):
@@ -318,7 +318,7 @@ class TestUpstream:
         """Listen again on the same port (serving already: nothing)."""
         if self._server is not None:
             return self
-        stopping = getattr(self, "_stopping", None)
+        stopping, self._stopping = self._stopping, None
         if stopping is not None:
             # The old accept loop must have let go of the port (bounded:
             # the loop polls every 0.5 s; its connections are shut down).
@@ -462,17 +462,30 @@ def main():
     if args.interim is not None:
         interim = [int(s) for s in args.interim.split(",") if s]
     up.set_mode(args.mode, args.delay, interim, args.status, args.split)
-    up.start()
     # A drill's upstream outage: SIGUSR1 stops serving (listener and open
-    # connections closed), SIGUSR2 listens again on the same port.
-    signal.signal(signal.SIGUSR1, lambda *_: up.outage())
-    signal.signal(signal.SIGUSR2, lambda *_: up.resume())
+    # connections closed), SIGUSR2 listens again on the same port; SIGINT
+    # ends. Blocked in every thread (they inherit the mask: it is set before
+    # the first one starts) and taken here with sigwait: a handler would run
+    # in the main thread only, and a signal the kernel gave a connection
+    # thread waited for the main thread's next wake-up.
+    # SIGINT only if not ignored from the start (a background job of a
+    # shell: a blocked signal is queued even when ignored, so sigwait would
+    # take a Ctrl-C meant for the foreground job).
+    signals = {signal.SIGUSR1, signal.SIGUSR2}
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        signals.add(signal.SIGINT)
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    up.start()
     print("test upstream listening on %s" % up.url, flush=True)
     try:
         while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+            sig = signal.sigwait(signals)
+            if sig == signal.SIGUSR1:
+                up.outage()
+            elif sig == signal.SIGUSR2:
+                up.resume()
+            else:
+                break
     finally:
         print(json.dumps(up.counts()), file=sys.stderr)
         up.stop()

@@ -157,13 +157,15 @@ def http_call(host, port, method, path, body=None, headers=None,
         conn.close()
 
 
-def free_port(host="127.0.0.1"):
-    """A TCP port free on `host` right now (for a program that cannot bind
-    port 0 and report it, such as nginx)."""
-    import socket
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port():
+    """A TCP port free on 127.0.0.1 right now, below the ephemeral range
+    (for a program that cannot bind port 0 and report it, such as nginx, or
+    one bound again after a restart): oncegate_drill.cluster.free_ports."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
+                                    "tools"))
+    from oncegate_drill.cluster import free_ports
+    return free_ports(1)[0]
 
 
 class TempDir:

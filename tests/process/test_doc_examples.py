@@ -43,7 +43,7 @@ import threading
 import time
 import unittest
 
-from harness import BIN, Node, wait_for
+from harness import BIN, Node, free_port, wait_for
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DOC_FILES = ["README.md"] + sorted(
@@ -80,22 +80,6 @@ PATH_RE = re.compile(r"(?<![\w./-])(/tmp/|/var/lib/oncegate|/backup/)")
 # `# HTTP/1.1 200 OK`, `# ... 502 502 502: in doubt`), not inside JSON.
 STATUS_RE = re.compile(r"(?<![\w\":.\-/])([1-5]\d\d)(?=[\s,;:.)]|$)")
 FORBIDDEN = {400, 401, 403, 405, 413, 415, 422}
-
-_ports_lock = threading.Lock()
-_ports_given = set()
-
-
-def free_port():
-    """A free loopback port, never the same one twice in this process."""
-    with _ports_lock:
-        while True:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            if port not in _ports_given:
-                _ports_given.add(port)
-                return port
-
 
 # ---------------------------------------------------------------- parsing
 

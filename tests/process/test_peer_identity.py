@@ -30,6 +30,7 @@ exit watchdog) with silent connections pending a TLS handshake."""
 
 import os
 import re
+import signal
 import socket
 import ssl
 import sys
@@ -47,6 +48,9 @@ CLOSE_BOUND = 1.0
 # Below cluster.remote-timeout (1 s): a forward lost to the rogue shows.
 MAX_GAP = 0.8
 CONTROL_OPEN = 1.5
+# How long the leader is held while the rogue's answers reach A's pending
+# forward (below the election timeout, 500 ms).
+HOLD_BOUND = 0.3
 
 
 def connect(cluster, node_id, cert_of):
@@ -239,7 +243,9 @@ class ForgedAnswerTest(OwnClusterCase):
     request by message id alone, so a rogue with follower B's certificate
     (its own node id, which the guard lets through) sprays answers
     `claim_result{accepted}` at follower A's actors while A forwards a
-    claim of a key the leader has already executed. Before the check of
+    claim of a key the leader has already executed (the leader is held
+    with SIGSTOP for at most HOLD_BOUND meanwhile, so that A's forward is
+    pending when the forged answers arrive). Before the check of
     the answer's sender (`cluster::answered_by`), A took a forged answer
     and the key executed twice (3 of 3); now the forged one is refused
     (`cluster.answer_refused` in A's log), the claim retried, and the
@@ -291,7 +297,23 @@ class ForgedAnswerTest(OwnClusterCase):
 
         spraying = threading.Thread(target=sprayer, daemon=True)
         spraying.start()
-        results["follower"] = self.post(a, key, 30)[0]
+        # The leader is held (SIGSTOP) while A forwards, so A's request is
+        # pending until a forged answer reached it (A logs the refusal):
+        # without the hold the leader's genuine 409 came back within a
+        # millisecond and the spray hit the window only now and then.
+        # Bounded below the election timeout (500 ms) and the CAF
+        # connection timeout (1 s): the leader and the links stay.
+        leader = self.cluster.node(lid).proc
+        follower = threading.Thread(target=lambda: results.__setitem__(
+            "follower", self.post(a, key, 30)[0]))
+        os.kill(leader.pid, signal.SIGSTOP)
+        try:
+            follower.start()
+            reached = wait_for(lambda: "cluster.answer_refused" in log_text(
+                self.cluster.node(a), mark), HOLD_BOUND)
+        finally:
+            os.kill(leader.pid, signal.SIGCONT)
+        follower.join(30)
         stop.set()
         spraying.join(10)
         self.up.set_mode("normal")
@@ -303,6 +325,9 @@ class ForgedAnswerTest(OwnClusterCase):
               % (results, a, refused), file=sys.stderr)
         self.assertEqual(self.up.executions(key), 1)
         self.assertEqual(results, {"leader": 200, "follower": 409})
+        self.assertTrue(reached, "no forged answer reached the pending "
+                        "request within %.1fs of holding the leader"
+                        % HOLD_BOUND)
         self.assertGreater(refused, 0, "no forged answer reached a pending "
                            "request: the case proved nothing")
         for i in ids:

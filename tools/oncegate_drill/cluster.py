@@ -15,6 +15,7 @@ write INI files (config.py), send webhook traffic (traffic.py) or judge
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -81,19 +82,68 @@ def assert_main_thread():
         "children are spawned on the main thread (parent-death signal)"
 
 
-def free_ports(n):
-    """n distinct free TCP ports on 127.0.0.1 (bound together, so they
-    differ; released just before the nodes bind them)."""
-    socks = []
+def ephemeral_range():
+    """The kernel's range for port-0 binds and outgoing connections
+    (net.ipv4.ip_local_port_range)."""
     try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_ports_lock = threading.Lock()
+_ports_given = set()
+
+
+def free_ports(n):
+    """n distinct TCP ports free on 127.0.0.1 right now, for listeners whose
+    port is fixed in a configuration and bound again after a restart (a
+    node's raft and front ports, an upstream's). They come from outside the
+    kernel's ephemeral range (below it, or above it when the range starts
+    low): a port from bind(0) could be handed to any
+    program's bind(0) or outgoing connection while its node was down (a
+    restarted node found its front port taken by another node's HTTP
+    listener). Random, each bound to test it (all at once, so they differ;
+    released before returning), never the same one twice in this
+    process."""
+    low, high = ephemeral_range()
+    # Below the range (from 10000 up, clear of common service ports, when
+    # there is room), else above it, whichever is wider.
+    below = (10000 if low > 12000 else 1024, low)
+    above = (high + 1, 65536)
+    first, end = max(below, above, key=lambda r: r[1] - r[0])
+    if end - first < 4 * n:
+        raise DrillError("the ephemeral port range is %d-%d: no room outside "
+                         "it for %d fixed ports" % (low, high, n))
+    rng = random.SystemRandom()
+    socks = []
+    ports = []
+    try:
+        with _ports_lock:
+            for _ in range(100 * n + 1000):
+                if len(ports) == n:
+                    break
+                port = rng.randrange(first, end)
+                if port in _ports_given:
+                    continue
+                s = socket.socket()
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    s.close()
+                    continue
+                socks.append(s)
+                ports.append(port)
+                _ports_given.add(port)
     finally:
         for s in socks:
             s.close()
+    if len(ports) < n:
+        raise DrillError("found only %d of %d free ports in %d-%d"
+                         % (len(ports), n, first, end - 1))
+    return ports
 
 
 
@@ -450,6 +500,10 @@ class Cluster:
                 log("drill: node %d exited by itself with code %s"
                     % (n.id, code))
         self._restart_due()
+
+    def restart_pending(self, i):
+        """Whether node `i` is down with a supervised restart still due."""
+        return i in self._due
 
     def _restart_due(self):
         now = time.monotonic()
