@@ -1,8 +1,17 @@
 #include "actors/node.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <string>
 #include <system_error>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/exit_reason.hpp>
@@ -29,6 +38,57 @@ void node::shutdown() {
   caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
 }
 
+namespace {
+
+// Holds `dir`'s lock file (`oncegate.lock`, flock) for the rest of the
+// process: a second process on the same data dir would commit into the
+// same database and Raft log behind this one's back (the first then
+// refused every new key). The kernel drops the lock with the process,
+// also after SIGKILL. Re-entrant within one process (tests restart nodes
+// in process on one directory).
+caf::error lock_data_dir(const std::string& dir) {
+  static std::mutex mtx;
+  static std::map<std::string, int> held;
+  std::error_code ec;
+  auto key = std::filesystem::canonical(dir, ec).string();
+  if (ec)
+    key = dir;
+  std::lock_guard<std::mutex> guard{mtx};
+  if (held.count(key) > 0)
+    return {};
+  auto path = (std::filesystem::path{dir} / "oncegate.lock").string();
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                  0600);
+  if (fd < 0)
+    return make_error(errc::storage_failure,
+                      "cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    std::string owner;
+    char buf[32] = {};
+    auto n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i)
+      owner += buf[i];
+    ::close(fd);
+    if (err == EWOULDBLOCK)
+      return make_error(errc::storage_failure,
+                        "data dir " + dir
+                          + " is in use by another oncegate process"
+                          + (owner.empty() ? "" : " (pid " + owner + ")"));
+    return make_error(errc::storage_failure,
+                      "cannot lock " + path + ": " + std::strerror(err));
+  }
+  // The owner's pid, for the message above (best effort).
+  auto pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0
+      || ::pwrite(fd, pid.data(), pid.size(), 0) < 0)
+    log::store()->warn("store.lock_pid_not_written path={}", path);
+  held.emplace(key, fd);
+  return {};
+}
+
+} // namespace
+
 caf::error prepare_data_dir(node_options& opts) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -48,9 +108,15 @@ caf::error prepare_data_dir(node_options& opts) {
     auto st = fs::symlink_status(p, ignored);
     if (!ignored && (st.permissions() & ~want) != fs::perms::none) {
       fs::permissions(p, want, fs::perm_options::replace, ignored);
-      log::store()->info("store.permissions_tightened path={}", p.string());
+      if (ignored)
+        log::store()->warn("store.permissions_not_tightened path={} error={}",
+                           p.string(), ignored.message());
+      else
+        log::store()->info("store.permissions_tightened path={}", p.string());
     }
   };
+  if (auto err = lock_data_dir(opts.data_dir))
+    return err;
   tighten(opts.data_dir, private_dir);
   for (auto it = fs::recursive_directory_iterator(opts.data_dir, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {

@@ -10,6 +10,8 @@
 #include <caf/config_value.hpp>
 #include <caf/timespan.hpp>
 
+#include "common/record.hpp"
+
 namespace oncegate::gateway {
 
 namespace {
@@ -194,6 +196,8 @@ public:
           return fail(name, key, "expected a positive duration (e.g. 72h)");
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*span)
                     .count();
+        if (key == "ttl" && ms > record_bounds::ttl_ms)
+          return fail(name, key, "at most ten years (87840h)");
         if (key == "ttl")
           r.ttl_ms = ms;
         else

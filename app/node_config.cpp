@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <string_view>
 #include <chrono>
 #include <thread>
 
@@ -9,6 +11,7 @@
 
 #include "actors/messages.hpp"
 #include "api/auth.hpp"
+#include "common/record.hpp"
 
 namespace oncegate::gateway {
 
@@ -287,18 +290,137 @@ std::string node_config::unknown_option() const {
   return {};
 }
 
+std::string node_config::mistyped_option() const {
+  if (config_file_path.empty())
+    return {};
+  // The file as written, each value as the INI parser read it (CAF's parse
+  // kept only the values its options accept).
+  auto raw = parse_config_file(config_file_path.c_str());
+  if (!raw)
+    return {}; // unreadable or malformed: CAF's parse reported it
+  auto check = [this](const std::string& group, const std::string& key,
+                      const caf::config_value& value) -> std::string {
+    auto opt = custom_options_.qualified_name_lookup(group, key);
+    if (opt == nullptr || !opt->check(value))
+      return {};
+    // Never the value: it may be a secret.
+    auto type = opt->type_name();
+    return (group == "global" ? key : group + "." + key) + " in "
+           + config_file_path + ": not a valid "
+           + std::string{type.data(), type.size()}
+           + " (a string is quoted, a number or duration is not, and a "
+             "number must fit its option)";
+  };
+  for (auto& [name, value] : *raw) {
+    auto group = caf::get_if<caf::settings>(&value);
+    if (group == nullptr) {
+      if (auto problem = check("global", name, value); !problem.empty())
+        return problem;
+      continue;
+    }
+    if (name == "route")
+      continue; // checked by make_routes
+    for (auto& [key, inner] : *group)
+      if (auto problem = check(name, key, inner); !problem.empty())
+        return problem;
+  }
+  return {};
+}
+
+std::string node_config::repeated_in_file() const {
+  if (config_file_path.empty())
+    return {};
+  std::ifstream in{config_file_path};
+  auto trim = [](std::string_view x) {
+    while (!x.empty() && (x.front() == ' ' || x.front() == '\t'))
+      x.remove_prefix(1);
+    while (!x.empty()
+           && (x.back() == ' ' || x.back() == '\t' || x.back() == '\r'))
+      x.remove_suffix(1);
+    return x;
+  };
+  auto name_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+           || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+  };
+  std::map<std::string, int> sections; // header -> line
+  std::map<std::string, int> keys;     // section + '\n' + key -> line
+  std::string section = "global";
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    auto text = trim(line);
+    if (text.empty() || text.front() == ';' || text.front() == '#')
+      continue;
+    if (text.front() == '[') {
+      // A section header; a line of a multi-line list starts with a value.
+      auto close = text.find(']');
+      if (close == std::string_view::npos)
+        continue;
+      auto name = trim(text.substr(1, close - 1));
+      if (name.empty() || !std::all_of(name.begin(), name.end(), name_char))
+        continue;
+      section = std::string{name};
+      auto [it, fresh] = sections.emplace(section, no);
+      if (!fresh)
+        return "section [" + section + "] appears twice in "
+               + config_file_path + " (lines " + std::to_string(it->second)
+               + " and " + std::to_string(no) + ")";
+      continue;
+    }
+    auto eq = text.find('=');
+    if (eq == std::string_view::npos)
+      continue;
+    auto key = trim(text.substr(0, eq));
+    if (key.empty() || !std::all_of(key.begin(), key.end(), name_char))
+      continue; // a line of a multi-line list: "1=...", 2, ...
+    auto [it, fresh] = keys.emplace(section + '\n' + std::string{key}, no);
+    if (!fresh)
+      return std::string{key} + " is set twice in [" + section + "] of "
+             + config_file_path + " (lines " + std::to_string(it->second)
+             + " and " + std::to_string(no) + ")";
+  }
+  return {};
+}
+
 std::string node_config::validate() const {
   if (auto name = unknown_option(); !name.empty())
     return "unknown option " + name
            + " (oncegate --long-help lists every option)";
+  if (auto problem = mistyped_option(); !problem.empty())
+    return "bad value for " + problem;
+  if (auto problem = repeated_in_file(); !problem.empty())
+    return problem;
   if (data_dir.empty())
     return "data-dir must not be empty";
   if (http_threads < 1 || http_threads > 64)
     return "http-threads must be within 1..64";
   if (body_limit < 1)
     return "http.body-limit must be positive";
+  // Durations: a negative one is never meant, and zero where it is no
+  // value of its own would spin (the alarm) or refuse everything.
+  struct span_rule {
+    const char* name;
+    caf::timespan value;
+    bool zero_ok;
+  };
+  for (auto& r : {span_rule{"http.header-timeout", header_timeout, false},
+                  span_rule{"http.body-timeout", body_timeout, false},
+                  span_rule{"http.idle-timeout", idle_timeout, false},
+                  span_rule{"http.response-timeout", response_timeout, false},
+                  span_rule{"http.shutdown-grace", shutdown_grace, true},
+                  span_rule{"alarm.max-interval", alarm_max_interval, false},
+                  span_rule{"cluster.remote-timeout", remote_timeout, false},
+                  span_rule{"cluster.leader-wait", leader_wait, true},
+                  span_rule{"cluster.repair-after", repair_after, true}})
+    if (r.value < caf::timespan::zero()
+        || (!r.zero_ok && r.value == caf::timespan::zero()))
+      return std::string{r.name}
+             + (r.zero_ok ? " must not be negative" : " must be positive");
   if (ttl <= caf::timespan::zero())
     return "keys.ttl must be positive";
+  if (std::chrono::duration_cast<std::chrono::milliseconds>(ttl).count()
+      > record_bounds::ttl_ms)
+    return "keys.ttl must be at most ten years (87840h)";
   if (key_idle_timeout <= caf::timespan::zero())
     return "keys.idle-timeout must be positive";
   if (max_live_keys < 1)
@@ -439,14 +561,40 @@ node_config::webhook_opts(const env_lookup& env, std::string& error) const {
     res.admin.token = *val;
   }
   if (!admin_token_file.empty()) {
+    // The first line, its CR dropped (a file written on Windows): the rule
+    // of the CLI's --token-file, so both may read one file.
     std::ifstream in{admin_token_file};
     std::string tok;
-    if (!in || !std::getline(in, tok) || tok.empty()) {
+    if (!in || !std::getline(in, tok)) {
       error = "admin.token-file: cannot read a token from "
               + admin_token_file;
       return std::nullopt;
     }
+    if (!tok.empty() && tok.back() == '\r')
+      tok.pop_back();
+    if (tok.empty()) {
+      error = "admin.token-file: the first line of " + admin_token_file
+              + " is empty";
+      return std::nullopt;
+    }
     res.admin.token = tok;
+  }
+  // A token no header can carry would lock every admin client out: spaces
+  // at either end are dropped from a header value, control characters
+  // cannot be sent.
+  if (!res.admin.token.empty()) {
+    auto& tok = res.admin.token;
+    bool sendable = tok.front() != ' ' && tok.front() != '\t'
+                    && tok.back() != ' ' && tok.back() != '\t';
+    for (char c : tok)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+        sendable = false;
+    if (!sendable) {
+      error = "the admin token (admin.token, admin.token-env or "
+              "admin.token-file) starts or ends with a space or holds a "
+              "control character: no HTTP header can carry it";
+      return std::nullopt;
+    }
   }
   res.admin.loopback_listener = is_loopback_address(http_host);
   res.admin.allow_unauthenticated_loopback =

@@ -49,6 +49,19 @@ public:
   /// `[keys] ttll=1h`), as `group.key`; empty when there is none.
   std::string unknown_option() const;
 
+  /// The first key of the config file whose value has the wrong type for
+  /// its option (`[keys] ttl="1h"`, `[global] http-port=99999`), with the
+  /// type wanted; empty when there is none. CAF 0.17 drops such a value
+  /// without a word and keeps the default: a mistyped `[admin] token`
+  /// would leave the admin API without one.
+  std::string mistyped_option() const;
+
+  /// The first section header or key that the config file gives twice
+  /// (`[route.tv]` twice, `ttl` twice in `[keys]`), with both lines;
+  /// empty when there is none. CAF keeps the last silently: a second
+  /// `[route.tv]` with `auth="none"` turned a route's authentication off.
+  std::string repeated_in_file() const;
+
   /// Every option this node accepts (CAF's own included).
   const caf::config_option_set& options() const {
     return custom_options_;

@@ -122,6 +122,24 @@ std::vector<std::string> expand_check_config(int argc, char** argv,
 // `secret`) is masked unless it is empty.
 std::string printable(const std::string& name, const caf::config_value& value) {
   auto last = name.substr(name.rfind('.') + 1);
+  // A duration in the largest unit that holds it exactly, one the parser
+  // reads back (CAF prints days, "3d", which neither flags nor the file
+  // accept).
+  if (auto span = caf::get_if<caf::timespan>(&value)) {
+    auto ns = span->count();
+    if (ns == 0)
+      return "0s";
+    struct unit {
+      int64_t ns;
+      const char* name;
+    };
+    for (auto u : {unit{3600'000'000'000, "h"}, unit{60'000'000'000, "min"},
+                   unit{1'000'000'000, "s"}, unit{1'000'000, "ms"},
+                   unit{1'000, "us"}})
+      if (ns % u.ns == 0)
+        return std::to_string(ns / u.ns) + u.name;
+    return std::to_string(ns) + "ns";
+  }
   auto text = caf::to_string(value);
   if ((last == "token" || last == "secret") && text != "\"\"")
     return "***";
@@ -318,6 +336,22 @@ int run_node(int argc, char** argv, const run_options& ro) {
       return 0;
     }
   }
+  // A directory reads as an empty file and a FIFO blocks the reader:
+  // refuse anything but a regular file (or a link to one), and /dev/null
+  // (no file).
+  for (auto& arg : args)
+    if (arg.rfind("--config-file=", 0) == 0) {
+      auto path = arg.substr(14);
+      struct stat st {};
+      struct stat null_st {};
+      if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)
+          && !(S_ISCHR(st.st_mode) && ::stat("/dev/null", &null_st) == 0
+               && st.st_rdev == null_st.st_rdev)) {
+        std::cerr << "oncegate: bad configuration: config file " << path
+                  << " is not a regular file\n";
+        return 2;
+      }
+    }
   std::vector<char*> arg_ptrs;
   for (auto& arg : args)
     arg_ptrs.push_back(arg.data());

@@ -144,6 +144,14 @@ bool find_token(const parsed_args& args, std::string& token,
     why = "the token from " + source + " is empty";
     return false;
   }
+  // Far beyond any node's header limit (16 KiB by default), and below the
+  // 64 KiB the HTTP library takes for one field.
+  constexpr size_t max_token = 32 * 1024;
+  if (token.size() > max_token) {
+    why = "the token from " + source + " is longer than "
+          + std::to_string(max_token) + " bytes";
+    return false;
+  }
   for (char c : token)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       why = "the token from " + source
@@ -273,10 +281,18 @@ int run_admin_cli(int argc, char** argv, std::string_view version) {
     node_source = std::string{node_env};
   }
   auto where = parse_node_address(node_text);
-  if (auto why = std::get_if<std::string>(&where))
+  if (auto why = std::get_if<std::string>(&where)) {
+    // A user part may hold a password: never echo it.
+    auto shown = node_text;
+    if (auto at = shown.rfind('@'); at != std::string::npos) {
+      auto scheme = shown.find("://");
+      auto start = scheme == std::string::npos || scheme > at ? 0 : scheme + 3;
+      shown.replace(start, at - start, "***");
+    }
     return to_int(usage_error(err, *cmd,
-                              "bad node address " + display(node_text)
-                                + " from " + node_source + ": " + *why));
+                              "bad node address " + display(shown) + " from "
+                                + node_source + ": " + *why));
+  }
   std::string token;
   std::string why;
   if (!find_token(args, token, why))

@@ -37,6 +37,8 @@ using remove_atom = caf::atom_constant<caf::atom("remove")>;
 using transfer_atom = caf::atom_constant<caf::atom("transfer")>;
 /// Turn a node's in-flight records of an earlier run into in-doubt.
 using doubt_atom = caf::atom_constant<caf::atom("doubt")>;
+/// Whether the store commits (readiness).
+using ready_atom = caf::atom_constant<caf::atom("ready")>;
 /// Read the delivery queue (queued records due).
 using due_atom = caf::atom_constant<caf::atom("due")>;
 

@@ -4,8 +4,16 @@
 // decisions in sqlite_records.cpp, images and backups in sqlite_images.cpp.
 #include "persistence/sqlite_store.hpp"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
@@ -62,6 +70,61 @@ void checkpointer::run() {
   }
 }
 
+namespace {
+
+caf::error os_error(const std::string& what) {
+  return make_error(errc::storage_failure, what + ": " + std::strerror(errno));
+}
+
+// Opens `path` (a file or a directory), fsyncs it, closes it.
+caf::error fsync_path(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0)
+    return os_error("open " + path);
+  int rc = ::fsync(fd);
+  int saved = errno;
+  ::close(fd);
+  errno = saved;
+  return rc == 0 ? caf::error{} : os_error("fsync " + path);
+}
+
+// A new database takes its name only once it has its header (WAL mode,
+// written and synced by the journal-mode change): a database file this
+// store made is never empty, so an empty one is refused (it was truncated
+// or copied badly, and as a fresh database every key decided before would
+// execute again).
+caf::error create_database(const std::string& path) {
+  auto tmp = path + ".new";
+  for (auto suffix : {"", "-wal", "-shm", "-journal"})
+    std::remove((tmp + suffix).c_str()); // a start killed halfway
+  sqlite3* db = nullptr;
+  auto flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+               | SQLITE_OPEN_NOMUTEX;
+  if (sqlite3_open_v2(tmp.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+    auto err = sqlite_error(db, ("create " + tmp).c_str());
+    sqlite3_close(db);
+    return err;
+  }
+  char* msg = nullptr;
+  auto rc = sqlite3_exec(db, "PRAGMA synchronous=FULL; "
+                             "PRAGMA journal_mode=WAL",
+                         nullptr, nullptr, &msg);
+  std::string why = msg ? msg : "";
+  sqlite3_free(msg);
+  sqlite3_close(db);
+  if (rc != SQLITE_OK)
+    return make_error(errc::storage_failure,
+                      "create " + tmp + ": " + why);
+  if (auto err = fsync_path(tmp, O_RDONLY))
+    return err;
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return os_error("rename " + tmp + " to " + path);
+  auto dir = std::filesystem::path{path}.parent_path().string();
+  return fsync_path(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+}
+
+} // namespace
+
 } // namespace detail
 
 using namespace detail;
@@ -92,6 +155,18 @@ int sqlite_store::impl::on_wal_commit(void* ctx, sqlite3*, const char*,
 
 caf::expected<std::unique_ptr<sqlite_store>>
 sqlite_store::open(const store_options& opts) {
+  struct stat st {};
+  if (::stat(opts.path.c_str(), &st) == 0) {
+    if (S_ISREG(st.st_mode) && st.st_size == 0)
+      return make_error(errc::storage_failure,
+                        opts.path + " is empty: no database this node "
+                        "wrote ever is (a truncated file or a failed copy?); "
+                        "restore it from a backup, or remove it to start "
+                        "with no records");
+  } else if (errno == ENOENT) {
+    if (auto err = create_database(opts.path))
+      return err;
+  }
   auto ptr = std::make_unique<impl>();
   ptr->opts = opts;
   auto flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE

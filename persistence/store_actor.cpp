@@ -77,6 +77,10 @@ struct store_state {
   std::unordered_map<uint64_t, in_flight_batch> in_flight;
   uint64_t next_seq = 1;
   bool flush_scheduled = false;
+  /// The error of the last batch if it failed to commit (none: it did).
+  caf::error commit_error;
+  /// When the last readiness probe was sent.
+  clock_type::time_point last_probe{};
   store_stats stats;
 
   static inline const char* name = "oncegate.store";
@@ -102,11 +106,21 @@ struct store_state {
                          + " commands");
     if (!out) {
       ++stats.failed_commits;
+      // A write that failed here fails the next one too until the disk
+      // has room again. Other failures (leadership moved, not the leader)
+      // are no sign of the store's own, and the readiness probe of a node
+      // that became a follower ends in one of them: they clear it.
+      auto code = static_cast<errc>(out.error().code());
+      bool own = out.error().category() == errc_category
+                 && (code == errc::storage_failure
+                     || code == errc::commit_failed);
+      commit_error = own ? out.error() : caf::error{};
       for (auto& w : waiting)
         w.fail(out.error());
       return;
     }
     ++stats.commits;
+    commit_error = caf::none;
     stats.commit_seconds.observe(
       std::chrono::duration<double>(clock_type::now() - started).count());
     stats.batch_size.observe(static_cast<double>(waiting.size()));
@@ -383,6 +397,21 @@ store_actor::behavior_type store_impl(store_pointer self,
       return enqueue_for(self, std::move(cmd), &waiter::doubt_rp);
     },
     [self](next_atom) { return answer(self->state.sink->reader().next_expiry()); },
+    [self](ready_atom) -> caf::result<bool> {
+      auto& st = self->state;
+      if (!st.commit_error)
+        return true;
+      auto now = clock_type::now();
+      if (now - st.last_probe >= std::chrono::milliseconds(500)) {
+        st.last_probe = now;
+        command probe;
+        probe.type = command::kind::doubt;
+        probe.owner = 0;
+        probe.before_ms = 0; // no record was first seen before 1970
+        enqueue(self, std::move(probe), waiter{});
+      }
+      return st.commit_error;
+    },
     [self](due_atom, int64_t now_ms,
            uint32_t limit) -> caf::result<delivery_queue> {
       auto& db = self->state.sink->reader();

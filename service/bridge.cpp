@@ -1,5 +1,7 @@
 #include "service/bridge.hpp"
 
+#include "common/errc.hpp"
+
 #include <algorithm>
 #include <memory>
 
@@ -87,9 +89,13 @@ void gather_metrics(caf::event_based_actor* self, const node& n,
 void probe_store(caf::event_based_actor* self, const node& n,
                  caf::timespan timeout,
                  std::function<void(bool, std::string)> done) {
-  self->request(n.store, timeout, next_atom::value)
-    .then([done](int64_t) { done(true, {}); },
-          [done](caf::error&) { done(false, "store not answering"); });
+  self->request(n.store, timeout, ready_atom::value)
+    .then([done](bool) { done(true, {}); },
+          [done](caf::error& err) {
+            if (err == caf::sec::request_timeout)
+              return done(false, "store not answering");
+            done(false, "store commits failing: " + describe(err));
+          });
 }
 
 } // namespace oncegate::gateway

@@ -124,6 +124,31 @@ CAF_TEST(an expired record is replaced by the next claim) {
   CAF_CHECK_EQUAL(stored->rec.signal, "{\"a\":2}");
 }
 
+// A database this store wrote is never empty: its header is written
+// before the file takes its name. An empty one was truncated or copied
+// badly (`> oncegate.db`), and taken for a fresh database it made every
+// key decided before execute again.
+CAF_TEST(an empty database file is refused and a new one is never empty) {
+  { std::ofstream touch{opts.path}; }
+  auto refused = sqlite_store::open(opts);
+  CAF_REQUIRE(!refused);
+  CAF_CHECK(describe(refused.error()).find("is empty")
+            != std::string::npos);
+  std::ifstream still{opts.path, std::ios::binary | std::ios::ate};
+  CAF_CHECK_EQUAL(static_cast<long>(still.tellg()), 0L); // left as it was
+  std::remove(opts.path.c_str());
+  {
+    auto db = open();
+    claim(*db, make_claim("k", 1000));
+  }
+  std::ifstream made{opts.path, std::ios::binary | std::ios::ate};
+  CAF_CHECK(static_cast<long>(made.tellg()) >= 4096L);
+  std::ifstream leftover{opts.path + ".new"};
+  CAF_CHECK(!leftover.good());
+  auto again = open();
+  CAF_CHECK_EQUAL(again->count(), 1u);
+}
+
 CAF_TEST(committed claims survive closing and reopening the file) {
   {
     auto db = open();

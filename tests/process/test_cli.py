@@ -202,6 +202,18 @@ upstream-connect-timeout=300ms
                      "127.0.0.1:99999", "::1", "http://h/path", "u@h:1", ""):
             run = cli("cluster", "status", "--node=" + node)
             self.assertEqual(run.code, USAGE, run)
+        # A token of 64 KiB and more aborted the CLI (exit 134).
+        run = cli("cluster", "status", "--token=" + "t" * 70000, dead)
+        self.assertEqual(run.code, USAGE, "exit %d: %s" % (run.code,
+                                                           run.err[-300:]))
+        self.assertIn("longer than", run.err[-300:])
+        # A user part is refused without echoing it (it may hold a
+        # password).
+        run = cli("cluster", "status",
+                  env={"ONCEGATE_NODE": "http://ops:s3cretpw@127.0.0.1:1"})
+        self.assert_exit(run, USAGE)
+        self.assertNotIn("s3cretpw", run.err + run.out)
+        self.assertIn("***@127.0.0.1:1", run.err)
         # A bad ONCEGATE_NODE is a usage error too, naming its source.
         run = cli("cluster", "status", env={"ONCEGATE_NODE": "https://h"})
         self.assert_exit(run, USAGE)

@@ -3,6 +3,7 @@ message naming the option."""
 
 import json
 import os
+import re
 import subprocess
 import unittest
 
@@ -40,6 +41,91 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(code, 2, text)
         self.assertIn("line 5: `body-limit=big`", text)
 
+    def test_a_value_of_the_wrong_type_is_refused_not_dropped(self):
+        # CAF 0.17 drops such a value without a word and keeps the default:
+        # a token that is no string left the admin API without one.
+        for ini, name in (('[keys]\nttl="1h"\n', "keys.ttl"),
+                          ("[admin]\ntoken=123456789\n", "admin.token"),
+                          ("[global]\nhttp-port=99999\n", "http-port"),
+                          ("[http]\nbody-limit=-1\n", "http.body-limit"),
+                          ("[http]\nmax-connections=-3\n",
+                           "http.max-connections"),
+                          ("[cluster]\nid=-1\n", "cluster.id"),
+                          ('[keys]\nmax-live="12"\n', "keys.max-live")):
+            code, text = self.check(ini)
+            self.assertEqual(code, 2, ini + text)
+            self.assertIn("bad value for " + name, text)
+            self.assertNotIn("123456789", text)  # a secret is never echoed
+
+    def test_a_section_or_key_given_twice_is_refused(self):
+        # The last one won silently: a second [route.tv] turned its
+        # authentication off.
+        code, text = self.check('[route.tv]\nauth="token"\nsecret="abc123"\n'
+                                '[keys]\nttl=1h\n[route.tv]\nauth="none"\n')
+        self.assertEqual(code, 2, text)
+        self.assertIn("section [route.tv] appears twice", text)
+        self.assertIn("lines 1 and 6", text)
+        code, text = self.check("[keys]\nttl=1h\n; a comment\nttl = 2h\n")
+        self.assertEqual(code, 2, text)
+        self.assertIn("ttl is set twice in [keys]", text)
+        # Lines of a multi-line list are no keys; one key in two sections
+        # is two keys.
+        code, text = self.check(
+            '[http]\nidle-timeout=1s\n[keys]\nidle-timeout=2s\n'
+            '[cluster]\ninitial=[\n  1,\n  2\n]\npeers=[\n'
+            '  "1=127.0.0.1:7101,127.0.0.1:7201",\n'
+            '  "2=127.0.0.1:7102,127.0.0.1:7202"\n]\n')
+        self.assertEqual(code, 0, text)
+
+    def test_a_config_file_that_is_no_regular_file_is_refused(self):
+        fifo = os.path.join(self.tmp.path, "fifo")
+        os.mkfifo(fifo)
+        for path in (self.tmp.path, fifo):  # a directory read as empty;
+            out = subprocess.run(            # a FIFO blocked the reader
+                [BIN, "--check-config", path], capture_output=True,
+                timeout=10)
+            text = (out.stdout + out.stderr).decode()
+            self.assertEqual(out.returncode, 2, text)
+            self.assertIn("is not a regular file", text)
+
+    def test_durations_out_of_range_are_refused(self):
+        for args, want in (
+                (["--keys.ttl=100000h"], "keys.ttl must be at most ten years"),
+                (["--alarm.max-interval=0s"],
+                 "alarm.max-interval must be positive"),
+                (["--alarm.max-interval=-5s"],
+                 "alarm.max-interval must be positive"),
+                (["--http.header-timeout=-1s"],
+                 "http.header-timeout must be positive"),
+                (["--http.shutdown-grace=-1s"],
+                 "http.shutdown-grace must not be negative")):
+            code, text = self.check("", *args)
+            self.assertEqual(code, 2, text)
+            self.assertIn(want, text)
+        # Every webhook failed (503) with a route ttl over the ten years a
+        # record may live.
+        code, text = self.check('[route.tv]\nauth="none"\nttl=100000h\n')
+        self.assertEqual(code, 2, text)
+        self.assertIn("ttl", text)
+        self.assertIn("at most ten years", text)
+        code, text = self.check("", "--http.shutdown-grace=0s")
+        self.assertEqual(code, 0, text)
+
+    def test_printed_durations_read_back(self):
+        # CAF prints 72h as "3d", which neither a flag nor the file accepts.
+        code, text = self.check("[keys]\nttl=72h\nin-flight-deadline=90s\n"
+                                "[http]\nresponse-timeout=1500ms\n")
+        self.assertEqual(code, 0, text)
+        spans = [l for l in text.splitlines()
+                 if re.fullmatch(r"[a-z.-]+=-?[0-9]+[a-z]+", l)]
+        self.assertIn("keys.ttl=72h", spans)
+        self.assertIn("keys.in-flight-deadline=90s", spans)
+        self.assertIn("http.response-timeout=1500ms", spans)
+        code, again = self.check("", *["--" + l for l in spans])
+        self.assertEqual(code, 0, again)
+        for line in spans:
+            self.assertIn(line, again.splitlines())
+
     def test_an_unknown_flag_is_refused(self):
         code, text = self.run_node("", "--keys.ttll=1h")
         self.assertEqual(code, 2, text)
@@ -76,7 +162,7 @@ class ConfigTest(unittest.TestCase):
         out = subprocess.run([BIN, "--help"], capture_output=True, timeout=30)
         self.assertEqual(out.returncode, 0)
         text = out.stdout.decode()
-        self.assertIn("--keys.ttl=<timespan>  (default: 1d)", text)
+        self.assertIn("--keys.ttl=<timespan>  (default: 24h)", text)
         self.assertIn("--http-port=<uint16>  (default: 8080)", text)
         self.assertIn("--cluster.election-timeout=<timespan>  (default: 500ms)",
                       text)
@@ -109,7 +195,7 @@ class ConfigTest(unittest.TestCase):
             '[keys]\nttl=72h\n[admin]\ntoken="hunter2-admin"\n'
             '[route.tv]\nauth="token"\nsecret="hunter2-route"\n')
         self.assertEqual(code, 0, out)
-        self.assertIn("keys.ttl=3d", out)              # set in the file
+        self.assertIn("keys.ttl=72h", out)             # set in the file
         self.assertIn("keys.max-live=1000000", out)    # a default
         self.assertIn("admin.token=***", out)
         self.assertIn("route.tv.secret=***", out)

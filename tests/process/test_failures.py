@@ -162,6 +162,29 @@ class CommitFailureTest(UpstreamNodeCase, unittest.TestCase):
         self.assertEqual(self.up.counts()["keys"],
                          {"cf-fwd": 1, "cf-later": 1})
 
+    def ready(self):
+        status, _, body = self.node.request("GET", "/readyz")
+        return status, json.loads(body)
+
+    def test_readyz_is_503_while_commits_fail_and_200_once_they_do_again(
+            self):
+        # A node whose every commit failed (a full disk) said "ready" while
+        # it answered 503 to every new key.
+        self.assertEqual(self.ready()[0], 200)
+        open(self.fault, "w").close()
+        self.assert_refused(*self.post("rf-1", route=""))
+        status, doc = self.ready()
+        self.assertEqual(status, 503, doc)
+        self.assertIn("store commits failing", doc["reason"], doc)
+        self.assertEqual(self.node.request("GET", "/healthz")[0], 200)
+        # Still failing: the probe batches it sends fail too.
+        self.assertFalse(wait_for(lambda: self.ready()[0] == 200, 1.5))
+        # The disk is back: ready again without any webhook traffic.
+        os.remove(self.fault)
+        self.assertTrue(wait_for(lambda: self.ready()[0] == 200, 5),
+                        self.ready())
+        self.assertEqual(self.post("rf-1", route="")[0], 200)
+
     def test_an_outcome_whose_commit_fails_is_never_executed_again(self):
         # The claim commits; the commit of the upstream's answer fails. The
         # record stays in flight (in doubt after a restart): a key that did

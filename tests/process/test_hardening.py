@@ -167,5 +167,95 @@ class PermissionsTest(TempDirCase, unittest.TestCase):
             node.kill()
 
 
+class DataDirLockTest(TempDirCase, unittest.TestCase):
+    def signal(self, node, key):
+        return node.request("POST", "/v1/webhook", {"k": key},
+                            {"Idempotency-Key": key})[0]
+
+    def test_a_second_node_on_the_same_data_dir_is_refused(self):
+        # Two processes on one database: the second started and served,
+        # and the first answered 503 to every new key from then on while
+        # /readyz said ready.
+        data = os.path.join(self.tmp.path, "data")
+        first = Node(data).start()
+        try:
+            self.assertEqual(self.signal(first, "lock-1"), 200)
+            try:
+                code, text = run(["--http-port=0", "--data-dir=" + data,
+                                  "--log-level=warn"], timeout=10)
+            except subprocess.TimeoutExpired:
+                self.fail("a second node started on the same data dir")
+            self.assertNotEqual(code, 0, text)
+            self.assertIn("in use by another oncegate process", text)
+            self.assertEqual(self.signal(first, "lock-2"), 200)
+            self.assertEqual(self.signal(first, "lock-1"), 409)
+        finally:
+            first.kill()
+        # The lock goes with the process, also after SIGKILL.
+        again = Node(data).start()
+        try:
+            self.assertEqual(self.signal(again, "lock-2"), 409)
+        finally:
+            again.kill()
+
+    def test_an_empty_database_file_is_refused(self):
+        # `> oncegate.db` or a failed copy: taken for a fresh database it
+        # made every key decided before execute again.
+        data = os.path.join(self.tmp.path, "data")
+        node = Node(data).start()
+        try:
+            self.assertEqual(self.signal(node, "empty-1"), 200)
+        finally:
+            node.stop()
+        db = os.path.join(data, "oncegate.db")
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(db + suffix):
+                os.truncate(db + suffix, 0)
+        code, text = run(["--http-port=0", "--data-dir=" + data], timeout=10)
+        self.assertEqual(code, 1, text)
+        self.assertIn("oncegate.db is empty", text)
+        self.assertEqual(os.path.getsize(db), 0)  # left for the operator
+        os.remove(db)
+        again = Node(data).start()  # removed: starts with no records
+        try:
+            self.assertEqual(self.signal(again, "empty-1"), 200)
+        finally:
+            again.kill()
+
+
+class AdminTokenFileTest(TempDirCase, unittest.TestCase):
+    """admin.token-file: its first line, a CR dropped (the CLI's rule for
+    --token-file); a token no header can carry is refused at start."""
+
+    def token_file(self, content):
+        path = os.path.join(self.tmp.path, "token")
+        with open(path, "wb") as f:
+            f.write(content)
+        return path
+
+    def test_a_token_file_written_on_windows_admits(self):
+        # The CR stayed in the node's token: no client could send it (401).
+        path = self.token_file(ADMIN.encode() + b"\r\n")
+        node = Node(os.path.join(self.tmp.path, "data"),
+                    "--admin.token-file=" + path).start()
+        try:
+            status, _, body = node.request(
+                "GET", "/v1/cluster", None,
+                {"Authorization": "Bearer " + ADMIN})
+            self.assertEqual(status, 200, body)
+        finally:
+            node.kill()
+
+    def test_a_token_no_header_can_carry_is_refused_at_start(self):
+        for content in (ADMIN.encode() + b" \n", b" " + ADMIN.encode(),
+                        ADMIN.encode() + b"\0x\n", b"\r\n"):
+            path = self.token_file(content)
+            code, text = run(["--http-port=0", "--admin.token-file=" + path,
+                              "--data-dir=" + os.path.join(self.tmp.path, "d")])
+            self.assertEqual(code, 2, text)
+            self.assertIn("admin", text)
+            self.assertNotIn(ADMIN, text)
+
+
 if __name__ == "__main__":
     unittest.main()

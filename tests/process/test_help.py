@@ -59,7 +59,7 @@ class HelpTest(unittest.TestCase):
             self.assertIn("\n%s:\n" % g, self.help, g)
         self.assertLessEqual(max(len(line) for line in lines), 100)
         # One line per option with its default.
-        self.assertIn("--keys.ttl=<timespan>  (default: 1d)", self.help)
+        self.assertIn("--keys.ttl=<timespan>  (default: 24h)", self.help)
         self.assertIn("--http-port=<uint16>  (default: 8080)", self.help)
         self.assertIn("--http.tls-certificate=<string>", self.help)
         self.assertIn("--version", self.help)
