@@ -4,12 +4,14 @@
 // decisions in sqlite_records.cpp, images and backups in sqlite_images.cpp.
 #include "persistence/sqlite_store.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -123,6 +125,71 @@ caf::error create_database(const std::string& path) {
   return fsync_path(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
 }
 
+/// A table name from a file on disk, fit for a log line: letters, digits
+/// and `_` kept, anything else `?`, at most 40 characters.
+std::string printable_name(const unsigned char* text) {
+  std::string out;
+  for (auto p = text; p && *p && out.size() < 40; ++p)
+    out += std::isalnum(*p) || *p == '_' ? static_cast<char>(*p) : '?';
+  return out;
+}
+
+// Another application's database (a data dir pointed at the wrong place, a
+// file copied over ours) is refused before anything writes to it: no WAL
+// switch, no table created. Ours holds a schema version in `meta`, or
+// nothing but `meta` (a first start stopped before its first migration),
+// or no table at all (`create_database`).
+caf::error refuse_foreign(sqlite3* db, const std::string& path) {
+  std::vector<std::string> tables;
+  std::size_t count = 0;
+  bool has_meta = false;
+  {
+    sqlite3_stmt* st = nullptr;
+    auto sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+               "  AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name";
+    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) {
+      sqlite3_finalize(st);
+      return sqlite_error(db, ("read the tables of " + path).c_str());
+    }
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      auto name = sqlite3_column_text(st, 0);
+      if (name && std::strcmp(reinterpret_cast<const char*>(name), "meta") == 0)
+        has_meta = true;
+      if (++count <= 3)
+        tables.push_back(printable_name(name));
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+      return sqlite_error(db, ("read the tables of " + path).c_str());
+  }
+  if (count == 0)
+    return caf::none;
+  if (has_meta) {
+    // A `meta` without our columns is not ours, even alone.
+    sqlite3_stmt* st = nullptr;
+    bool shaped = sqlite3_prepare_v2(db,
+                                     "SELECT value FROM meta"
+                                     "  WHERE name = 'schema_version'",
+                                     -1, &st, nullptr)
+                  == SQLITE_OK;
+    bool versioned = shaped && sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (versioned || (shaped && count == 1))
+      return caf::none;
+  }
+  std::string list;
+  for (auto& name : tables)
+    list += (list.empty() ? "" : ", ") + name;
+  if (count > tables.size())
+    list += " and " + std::to_string(count - tables.size()) + " more";
+  return make_error(errc::storage_failure,
+                    path + " is not an oncegate database (it holds table "
+                    + list + " and no oncegate schema version); give "
+                    "oncegate a data dir of its own, or restore its "
+                    "database from a backup");
+}
+
 } // namespace
 
 } // namespace detail
@@ -176,6 +243,8 @@ sqlite_store::open(const store_options& opts) {
     return sqlite_error(ptr->db, ("open " + opts.path).c_str());
   sqlite3_extended_result_codes(ptr->db, 1);
   sqlite3_busy_timeout(ptr->db, static_cast<int>(opts.busy_timeout_ms));
+  if (auto err = refuse_foreign(ptr->db, opts.path))
+    return err;
   // WAL + FULL: a commit returns only after the WAL frame is fsynced.
   // Automatic checkpoints are off; the checkpointer thread does them.
   for (auto sql : {"PRAGMA journal_mode=WAL",

@@ -149,6 +149,58 @@ CAF_TEST(an empty database file is refused and a new one is never empty) {
   CAF_CHECK_EQUAL(again->count(), 1u);
 }
 
+// A data dir pointed at another application's SQLite file: the store
+// never writes to it (no meta table, no records table, no WAL switch).
+// What makes a database ours: a schema version in `meta`, or nothing but
+// an empty `meta` (a first start stopped before its first migration).
+CAF_TEST(a database of another application is refused and left as it was) {
+  const char* foreign[] = {
+    "CREATE TABLE orders(id INTEGER PRIMARY KEY, symbol TEXT);"
+    "INSERT INTO orders VALUES(1, 'BTCUSD');",
+    // A `meta` like ours, but no schema version, next to other tables.
+    "CREATE TABLE meta(name TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+    "CREATE TABLE records(id INTEGER);",
+    // A `meta` of another shape.
+    "CREATE TABLE meta(k TEXT, v TEXT);",
+  };
+  for (auto sql : foreign) {
+    CAF_MESSAGE("foreign schema: " << sql);
+    std::remove(opts.path.c_str());
+    sqlite3* raw = nullptr;
+    CAF_REQUIRE_EQUAL(sqlite3_open(opts.path.c_str(), &raw), SQLITE_OK);
+    CAF_REQUIRE_EQUAL(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr),
+                      SQLITE_OK);
+    sqlite3_close(raw);
+    std::string before;
+    {
+      std::ifstream in{opts.path, std::ios::binary};
+      before.assign(std::istreambuf_iterator<char>{in}, {});
+    }
+    auto refused = sqlite_store::open(opts);
+    CAF_REQUIRE(!refused);
+    CAF_CHECK(describe(refused.error()).find("is not an oncegate database")
+              != std::string::npos);
+    std::ifstream in{opts.path, std::ios::binary};
+    std::string after{std::istreambuf_iterator<char>{in}, {}};
+    CAF_CHECK(after == before); // byte for byte: still a rollback journal
+    std::ifstream wal{opts.path + "-wal"};
+    CAF_CHECK(!wal.good());
+  }
+  // Ours at version 0: only an empty meta (a first start cut short).
+  std::remove(opts.path.c_str());
+  sqlite3* raw = nullptr;
+  CAF_REQUIRE_EQUAL(sqlite3_open(opts.path.c_str(), &raw), SQLITE_OK);
+  CAF_REQUIRE_EQUAL(sqlite3_exec(raw,
+                                 "CREATE TABLE meta(name TEXT PRIMARY KEY,"
+                                 "  value INTEGER NOT NULL) WITHOUT ROWID",
+                                 nullptr, nullptr, nullptr),
+                    SQLITE_OK);
+  sqlite3_close(raw);
+  auto db = open();
+  claim(*db, make_claim("k", 1000));
+  CAF_CHECK_EQUAL(db->count(), 1u);
+}
+
 CAF_TEST(committed claims survive closing and reopening the file) {
   {
     auto db = open();

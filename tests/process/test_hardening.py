@@ -222,6 +222,29 @@ class DataDirLockTest(TempDirCase, unittest.TestCase):
         finally:
             again.kill()
 
+    def test_a_database_of_another_application_is_refused_untouched(self):
+        # A data dir pointed at another program's SQLite file: the node
+        # must neither add its tables to it nor switch its journal.
+        import hashlib
+        import sqlite3
+        data = os.path.join(self.tmp.path, "data")
+        os.makedirs(data)
+        db = os.path.join(data, "oncegate.db")
+        con = sqlite3.connect(db)
+        con.execute("CREATE TABLE orders(id INTEGER PRIMARY KEY, symbol TEXT)")
+        con.execute("INSERT INTO orders VALUES(1, 'BTCUSD')")
+        con.commit()
+        con.close()
+        with open(db, "rb") as f:
+            before = hashlib.sha256(f.read()).hexdigest()
+        code, text = run(["--http-port=0", "--data-dir=" + data], timeout=10)
+        self.assertEqual(code, 1, text)
+        self.assertIn("oncegate.db is not an oncegate database (it holds "
+                      "table orders", text)
+        with open(db, "rb") as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), before)
+        self.assertFalse(os.path.exists(db + "-wal"))
+
 
 class AdminTokenFileTest(TempDirCase, unittest.TestCase):
     """admin.token-file: its first line, a CR dropped (the CLI's rule for
