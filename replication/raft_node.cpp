@@ -16,6 +16,7 @@
 #include "common/errc.hpp"
 #include "common/logging.hpp"
 #include "replication/raft_node_impl.hpp"
+#include "replication/raft_segments.hpp"
 
 namespace oncegate::cluster {
 
@@ -332,6 +333,8 @@ raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
     return make_error(errc::storage_failure,
                       "cannot create raft dir " + opts.dir + ": "
                         + ec.message());
+  if (auto err = pad_open_segments(opts.dir))
+    return err;
   auto st = std::make_unique<impl>();
   auto& x = *st;
   x.opts = std::move(opts);
