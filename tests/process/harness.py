@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import shutil
+import sys
 import signal
 import subprocess
 import tempfile
@@ -173,6 +174,10 @@ class TempDir:
         self.path = tempfile.mkdtemp(prefix="oncegate-proc-")
 
     def cleanup(self):
+        # ONCEGATE_KEEP_TMP=1 keeps it, to read a failed test's data dirs.
+        if os.environ.get("ONCEGATE_KEEP_TMP") == "1":
+            print("kept " + self.path, file=sys.stderr)
+            return
         shutil.rmtree(self.path, ignore_errors=True)
 
 
