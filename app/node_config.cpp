@@ -327,6 +327,38 @@ std::string node_config::mistyped_option() const {
   return {};
 }
 
+std::string
+node_config::oversized_number(const std::vector<std::string>& args) const {
+  static constexpr std::string_view max = "9223372036854775807";
+  for (auto& arg : args) {
+    if (arg.rfind("--", 0) != 0)
+      continue;
+    auto eq = arg.find('=');
+    if (eq == std::string::npos)
+      continue;
+    auto name = std::string_view{arg}.substr(2, eq - 2);
+    auto value = std::string_view{arg}.substr(eq + 1);
+    if (!value.empty() && value.front() == '+')
+      value.remove_prefix(1);
+    while (value.size() > 1 && value.front() == '0')
+      value.remove_prefix(1);
+    if (value.empty()
+        || value.find_first_not_of("0123456789") != std::string_view::npos)
+      continue;
+    auto opt = custom_options_.cli_long_name_lookup(name);
+    if (opt == nullptr)
+      continue;
+    auto type = opt->type_name();
+    if (type != "uint64" && type != "int64")
+      continue;
+    if (value.size() > max.size()
+        || (value.size() == max.size() && value > max))
+      return std::string{name} + " on the command line: a number above "
+             + std::string{max} + " (2^63 - 1) fits no option";
+  }
+  return {};
+}
+
 std::string node_config::repeated_in_file() const {
   if (config_file_path.empty())
     return {};

@@ -62,6 +62,14 @@ public:
   /// `[route.tv]` with `auth="none"` turned a route's authentication off.
   std::string repeated_in_file() const;
 
+  /// The first command-line argument (`--name=value`) that gives a 64-bit
+  /// integer option a number above 2^63 - 1, as a message naming the
+  /// option; empty when there is none. CAF 0.17 keeps integers as int64
+  /// and turns such a number into 0 on the command line without a word
+  /// (`--store.max-pending-bytes=18446744073709551615` became 0); the
+  /// config file's parser refuses it already.
+  std::string oversized_number(const std::vector<std::string>& args) const;
+
   /// Every option this node accepts (CAF's own included).
   const caf::config_option_set& options() const {
     return custom_options_;

@@ -352,6 +352,11 @@ int run_node(int argc, char** argv, const run_options& ro) {
         return 2;
       }
     }
+  if (auto problem = cfg.oversized_number(args); !problem.empty()) {
+    std::cerr << "oncegate: bad configuration: bad value for " << problem
+              << '\n';
+    return 2;
+  }
   std::vector<char*> arg_ptrs;
   for (auto& arg : args)
     arg_ptrs.push_back(arg.data());

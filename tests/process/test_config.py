@@ -57,6 +57,28 @@ class ConfigTest(unittest.TestCase):
             self.assertIn("bad value for " + name, text)
             self.assertNotIn("123456789", text)  # a secret is never echoed
 
+    def test_a_number_above_2_63_on_the_command_line_is_refused(self):
+        # CAF 0.17 keeps integers as int64: on the command line such a
+        # number became 0 without a word (the file's parser refuses it).
+        for arg, name in (
+                ("--store.max-pending-bytes=18446744073709551615",
+                 "store.max-pending-bytes"),
+                ("--store.max-pending-bytes=9223372036854775808",
+                 "store.max-pending-bytes"),
+                ("--keys.max-live=+00099999999999999999999",
+                 "keys.max-live")):
+            code, text = self.check("", arg)
+            self.assertEqual(code, 2, arg + text)
+            self.assertIn("bad value for " + name + " on the command line",
+                          text)
+        # The largest that fits is taken as given; a string option takes
+        # any digits.
+        code, text = self.check("",
+                                "--store.max-pending-bytes=9223372036854775807",
+                                "--admin.token=18446744073709551616")
+        self.assertEqual(code, 0, text)
+        self.assertIn("store.max-pending-bytes=9223372036854775807", text)
+
     def test_a_section_or_key_given_twice_is_refused(self):
         # The last one won silently: a second [route.tv] turned its
         # authentication off.
