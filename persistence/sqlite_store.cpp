@@ -173,8 +173,11 @@ caf::error refuse_foreign(sqlite3* db, const std::string& path) {
                                      "  WHERE name = 'schema_version'",
                                      -1, &st, nullptr)
                   == SQLITE_OK;
-    bool versioned = shaped && sqlite3_step(st) == SQLITE_ROW;
+    auto rc = shaped ? sqlite3_step(st) : SQLITE_DONE;
     sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+      return sqlite_error(db, ("read the schema version of " + path).c_str());
+    bool versioned = rc == SQLITE_ROW;
     if (versioned || (shaped && count == 1))
       return caf::none;
   }
@@ -243,8 +246,13 @@ sqlite_store::open(const store_options& opts) {
     return sqlite_error(ptr->db, ("open " + opts.path).c_str());
   sqlite3_extended_result_codes(ptr->db, 1);
   sqlite3_busy_timeout(ptr->db, static_cast<int>(opts.busy_timeout_ms));
-  if (auto err = refuse_foreign(ptr->db, opts.path))
+  if (auto err = refuse_foreign(ptr->db, opts.path)) {
+    // Closing must not write either: no checkpoint of a foreign WAL, and
+    // its -wal file left where it is.
+    ptr->read_only = true;
+    sqlite3_db_config(ptr->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
     return err;
+  }
   // WAL + FULL: a commit returns only after the WAL frame is fsynced.
   // Automatic checkpoints are off; the checkpointer thread does them.
   for (auto sql : {"PRAGMA journal_mode=WAL",

@@ -48,7 +48,10 @@ caf::expected<bool> ends_with_zeros(int fd, off_t size,
                      size - static_cast<off_t>(len) + static_cast<off_t>(got));
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0)
+    if (n == 0)
+      return make_error(errc::storage_failure,
+                        "read " + path + ": shorter than its size");
+    if (n < 0)
       return os_failure("read " + path);
     got += static_cast<std::size_t>(n);
   }
@@ -61,8 +64,14 @@ caf::error pad_open_segments(const std::string& dir) {
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator{dir, ec};
        !ec && it != std::filesystem::directory_iterator{}; it.increment(ec)) {
+    // libraft's open segments only (`open-` and digits), regular files
+    // only: anything else there is not ours to change.
     auto name = it->path().filename().string();
-    if (name.rfind("open-", 0) != 0)
+    if (name.rfind("open-", 0) != 0 || name.size() == 5
+        || name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    std::error_code type_ec;
+    if (!it->is_regular_file(type_ec) || it->is_symlink(type_ec))
       continue;
     auto path = it->path().string();
     fd_guard f{::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW)};
