@@ -22,8 +22,9 @@ constexpr std::size_t open_segment_pad_bytes = 8 * 1024 * 1024;
 /// leaves such a file wherever a file's size can stop at the end of the
 /// last O_DSYNC write (POSIX allows it; the power-cut test's file model
 /// produces it). With zeros after it, the same tail reads as zeroed, and
-/// libraft keeps exactly the batches it would have kept: it truncates and
-/// closes the segment at the end of the last whole batch. A file that
+/// libraft keeps every whole batch before it: it truncates and closes the
+/// segment at the end of the last whole batch (a batch cut only inside its
+/// trailing zero padding reads whole again). A file that
 /// ends with zeros already is left as it is, so starts that fail again do
 /// not grow it.
 caf::error pad_open_segments(const std::string& dir);
