@@ -27,4 +27,20 @@ inline int query_int(const std::string& path, const char* sql,
   return n;
 }
 
+/// Runs `sql` (one or more statements) on the database at `path` through a
+/// connection of its own; returns SQLite's result code. Without
+/// `checkpoint_on_close`, a WAL database keeps its last commits in the
+/// -wal file when the connection closes.
+inline int exec_sql(const std::string& path, const char* sql,
+                    bool checkpoint_on_close = true) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open(path.c_str(), &db);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  if (!checkpoint_on_close)
+    sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  sqlite3_close(db);
+  return rc;
+}
+
 } // namespace oncegate::test

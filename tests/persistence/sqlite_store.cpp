@@ -170,12 +170,7 @@ CAF_TEST(a database of another application is refused and left as it was) {
   for (auto sql : foreign) {
     CAF_MESSAGE("foreign schema: " << sql);
     std::remove(opts.path.c_str());
-    sqlite3* raw = nullptr;
-    CAF_REQUIRE_EQUAL(sqlite3_open(opts.path.c_str(), &raw), SQLITE_OK);
-    CAF_REQUIRE_EQUAL(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr),
-                      SQLITE_OK);
-    sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
-    sqlite3_close(raw);
+    CAF_REQUIRE_EQUAL(test::exec_sql(opts.path, sql, false), SQLITE_OK);
     auto read = [](const std::string& path) {
       std::ifstream in{path, std::ios::binary};
       return std::string{std::istreambuf_iterator<char>{in}, {}};
@@ -193,14 +188,10 @@ CAF_TEST(a database of another application is refused and left as it was) {
   }
   // Ours at version 0: only an empty meta (a first start cut short).
   std::remove(opts.path.c_str());
-  sqlite3* raw = nullptr;
-  CAF_REQUIRE_EQUAL(sqlite3_open(opts.path.c_str(), &raw), SQLITE_OK);
-  CAF_REQUIRE_EQUAL(sqlite3_exec(raw,
-                                 "CREATE TABLE meta(name TEXT PRIMARY KEY,"
-                                 "  value INTEGER NOT NULL) WITHOUT ROWID",
-                                 nullptr, nullptr, nullptr),
+  CAF_REQUIRE_EQUAL(test::exec_sql(opts.path,
+                                   "CREATE TABLE meta(name TEXT PRIMARY KEY,"
+                                   "  value INTEGER NOT NULL) WITHOUT ROWID"),
                     SQLITE_OK);
-  sqlite3_close(raw);
   auto db = open();
   claim(*db, make_claim("k", 1000));
   CAF_CHECK_EQUAL(db->count(), 1u);
@@ -462,14 +453,10 @@ CAF_TEST(in flight records can be listed and turned into in doubt) {
 CAF_TEST(a database from a newer schema is refused) {
   { open(); }
   {
-    sqlite3* raw = nullptr;
-    CAF_REQUIRE_EQUAL(sqlite3_open(opts.path.c_str(), &raw), SQLITE_OK);
-    CAF_REQUIRE_EQUAL(sqlite3_exec(raw,
-                                   "UPDATE meta SET value = 99 WHERE name = "
-                                   "'schema_version'",
-                                   nullptr, nullptr, nullptr),
+    CAF_REQUIRE_EQUAL(test::exec_sql(opts.path,
+                                     "UPDATE meta SET value = 99 WHERE name = "
+                                     "'schema_version'"),
                       SQLITE_OK);
-    sqlite3_close(raw);
   }
   auto res = sqlite_store::open(opts);
   CAF_REQUIRE(!res);
