@@ -167,4 +167,12 @@ http_response upstream_outcome_response(upstream_result res,
                       key.value);
 }
 
+http_response forward_timed_out_response(const idempotency_key& key) {
+  return make_problem({504, "in-doubt", "Outcome in doubt",
+                       "no outcome within the response timeout; the upstream "
+                       "may have executed this request; it will not be "
+                       "executed again automatically"},
+                      key.value);
+}
+
 } // namespace oncegate::gateway

@@ -41,4 +41,8 @@ http_response in_progress_response(const idempotency_key& key,
 http_response upstream_outcome_response(upstream_result res,
                                         const idempotency_key& key);
 
+/// 504 `in-doubt`: `http.response-timeout` passed after the forward
+/// began; the upstream may have executed the request.
+http_response forward_timed_out_response(const idempotency_key& key);
+
 } // namespace oncegate::gateway

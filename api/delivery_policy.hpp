@@ -57,7 +57,8 @@ struct delivery_policy {
 
 /// Settling in-doubt records by asking the upstream (`reconcile`): a GET of
 /// the route's reconcile URL with the key (as sent in `Idempotency-Key`,
-/// percent-encoded) in place of `{key}`. 200: the order exists, the record
+/// percent-encoded; never a key that is not safe in a path, see
+/// `stable_path_segment`) in place of `{key}`. 200: the order exists, the record
 /// completes with that answer; 404: it certainly does not, the record is
 /// queued and delivered (once); anything else: asked again later, at most
 /// `attempts` times, then left to the operator.

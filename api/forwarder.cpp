@@ -101,6 +101,31 @@ void forwarder::forward(forward_job job, settled_fn settled) {
   });
 }
 
+void forwarder::release_unsent(forward_job job) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    ++running_;
+  }
+  delivery_attempt a;
+  a.route = job.route;
+  a.key = job.key.value;
+  a.first_seen_ms = job.first_seen_ms;
+  a.attempt = job.attempt;
+  a.request_id = job.request_id;
+  // No retry time: released, not deferred.
+  auto upd = after_delivery(a, delivery::not_sent);
+  log::gateway()->warn("[C{}][R{}] upstream.abandoned route={} "
+                       "reason=response-timeout",
+                       job.conn, job.req, job.route);
+  node_.update(std::move(upd), [this, conn = job.conn,
+                                req = job.req](reply<update_result> rep) {
+    if (!rep.ok)
+      log::gateway()->error("[C{}][R{}] upstream.unrecorded error={}", conn,
+                            req, rep.detail);
+    recorded();
+  });
+}
+
 void forwarder::after(std::chrono::milliseconds delay,
                       std::function<void()> fn) {
   upstream_->after(delay, std::move(fn));

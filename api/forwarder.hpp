@@ -98,6 +98,14 @@ public:
   /// Sends `job` upstream, records the outcome, then calls `settled`.
   void forward(forward_job job, settled_fn settled);
 
+  /// Releases the claimed record of `job` without sending anything: its
+  /// sender was already told that nothing was executed (the response
+  /// timeout answered before the forward could begin), so a retry must
+  /// execute. Never deferred, also on a durable route: the signal is the
+  /// sender's again. A failed release leaves the record in flight, and it
+  /// turns in doubt at its deadline.
+  void release_unsent(forward_job job);
+
   /// Runs `fn` after `delay` on the upstream client's thread.
   void after(std::chrono::milliseconds delay, std::function<void()> fn);
 

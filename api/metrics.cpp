@@ -86,6 +86,7 @@ gateway_metrics::gateway_metrics(std::vector<std::string> route_names)
   : routes_(std::move(route_names)),
     counts_(new std::atomic<uint64_t>[routes_.size() * outcome_count]),
     upstream_(new std::atomic<uint64_t>[routes_.size() * 3]),
+    reconcile_skipped_(new std::atomic<uint64_t>[routes_.size()]),
     bounds_(histogram::latency_bounds()),
     buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
   for (size_t i = 0; i < routes_.size() * outcome_count; ++i)
@@ -94,6 +95,12 @@ gateway_metrics::gateway_metrics(std::vector<std::string> route_names)
     buckets_[i] = 0;
   for (size_t i = 0; i < routes_.size() * 3; ++i)
     upstream_[i] = 0;
+  for (size_t i = 0; i < routes_.size(); ++i)
+    reconcile_skipped_[i] = 0;
+}
+
+void gateway_metrics::count_reconcile_skipped(std::size_t route) {
+  reconcile_skipped_[route].fetch_add(1, std::memory_order_relaxed);
 }
 
 void gateway_metrics::count_upstream(std::size_t route, std::size_t result) {
@@ -149,6 +156,17 @@ std::string gateway_metrics::render(const node_metrics& node) const {
       out += std::to_string(upstream_[r * 3 + k].load());
       out += '\n';
     }
+  header(out, "oncegate_reconcile_skipped_total", "counter",
+         "In-doubt keys due for reconciliation that were not asked about: "
+         "a key that is not safe in a URL path stays in doubt for the "
+         "operator (counted at each pass).");
+  for (size_t r = 0; r < routes_.size(); ++r) {
+    out += "oncegate_reconcile_skipped_total{route=\"";
+    out += routes_[r];
+    out += "\"} ";
+    out += std::to_string(reconcile_skipped_[r].load());
+    out += '\n';
+  }
   std::vector<uint64_t> counts(bounds_.size() + 1);
   for (size_t i = 0; i <= bounds_.size(); ++i)
     counts[i] = buckets_[i].load();

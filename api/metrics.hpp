@@ -41,6 +41,10 @@ public:
   /// sent) on route number `route`.
   void count_upstream(std::size_t route, std::size_t result);
 
+  /// Counts one in-doubt key of route number `route` that reconciliation
+  /// did not ask about (its key is not safe in a URL path).
+  void count_reconcile_skipped(std::size_t route);
+
   /// Records the time from a complete request to its response.
   void observe_request(double seconds);
 
@@ -54,6 +58,7 @@ private:
   std::vector<std::string> routes_;
   std::unique_ptr<std::atomic<uint64_t>[]> counts_;
   std::unique_ptr<std::atomic<uint64_t>[]> upstream_;
+  std::unique_ptr<std::atomic<uint64_t>[]> reconcile_skipped_;
   std::vector<double> bounds_;
   std::unique_ptr<std::atomic<uint64_t>[]> buckets_;
   std::atomic<uint64_t> latency_count_{0};

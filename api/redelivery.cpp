@@ -1,11 +1,11 @@
 #include "api/redelivery.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <random>
 #include <utility>
 
 #include "api/idempotency_key.hpp"
+#include "api/url.hpp"
 #include "common/logging.hpp"
 
 namespace oncegate::gateway {
@@ -24,10 +24,10 @@ uint64_t fresh_request_id() {
 } // namespace
 
 redelivery::redelivery(node_service& node, forwarder& fwd,
-                       const route_table& routes, wall_clock_fn now,
-                       redelivery_options opts)
-  : node_(node), fwd_(fwd), routes_(routes), now_(std::move(now)),
-    opts_(opts) {
+                       gateway_metrics& metrics, const route_table& routes,
+                       wall_clock_fn now, redelivery_options opts)
+  : node_(node), fwd_(fwd), metrics_(metrics), routes_(routes),
+    now_(std::move(now)), opts_(opts) {
   // nop
 }
 
@@ -169,25 +169,6 @@ void redelivery::attempt(record rec, const route_config& route,
   });
 }
 
-namespace {
-
-// RFC 3986 unreserved characters stay, everything else is %XX.
-std::string percent_encode(const std::string& x) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : x) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
-} // namespace
 
 void redelivery::reconcile_pass(node_service::delivery_turn turn) {
   for (auto& route : routes_.routes) {
@@ -226,6 +207,18 @@ void redelivery::reconcile(record rec, const route_config& route,
   if (now < due || rec.reconciles >= policy.attempts
       || running_ >= opts_.max_running)
     return;
+  auto sent_key = forwarded_key(rec.key);
+  // A key that a normaliser could turn into another path is never asked
+  // about: that path's 404 would read as "absent" and deliver it again.
+  // It stays in doubt for the operator.
+  auto segment = stable_path_segment(sent_key);
+  if (!segment) {
+    metrics_.count_reconcile_skipped(routes_.index_of(route));
+    log::gateway()->debug("delivery.reconcile_skipped route={} "
+                          "reason=key-not-path-safe",
+                          rec.route);
+    return;
+  }
   auto routing = routing_key(rec.route, rec.key);
   if (busy_.count(routing) != 0)
     return;
@@ -233,9 +226,8 @@ void redelivery::reconcile(record rec, const route_config& route,
   ++running_;
   upstream_request req;
   req.get = true;
-  req.path = policy.path_prefix + percent_encode(forwarded_key(rec.key))
-             + policy.path_suffix;
-  req.idempotency_key = forwarded_key(rec.key);
+  req.path = policy.path_prefix + *segment + policy.path_suffix;
+  req.idempotency_key = std::move(sent_key);
   req.attempt = std::to_string(turn.term) + "." + std::to_string(rec.attempts);
   log::gateway()->info("delivery.reconcile route={} attempt={} asked={}",
                        rec.route, rec.attempts, rec.reconciles + 1);

@@ -51,8 +51,9 @@ struct redelivery_options {
 
 class redelivery {
 public:
-  redelivery(node_service& node, forwarder& fwd, const route_table& routes,
-             wall_clock_fn now, redelivery_options opts = {});
+  redelivery(node_service& node, forwarder& fwd, gateway_metrics& metrics,
+             const route_table& routes, wall_clock_fn now,
+             redelivery_options opts = {});
 
   redelivery(const redelivery&) = delete;
   redelivery& operator=(const redelivery&) = delete;
@@ -89,6 +90,7 @@ private:
 
   node_service& node_;
   forwarder& fwd_;
+  gateway_metrics& metrics_;
   const route_table& routes_;
   wall_clock_fn now_;
   redelivery_options opts_;

@@ -72,4 +72,25 @@ std::optional<uint64_t> parse_digits(std::string_view text,
   return value;
 }
 
+std::optional<std::string> stable_path_segment(std::string_view key) {
+  if (key.empty() || key.find_first_not_of('.') == std::string_view::npos
+      || key.find_first_of("/\\%;?#") != std::string_view::npos)
+    return std::nullopt;
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(key.size() * 3);
+  for (unsigned char c : key) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+        || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_'
+        || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 } // namespace oncegate::gateway

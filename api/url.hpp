@@ -19,6 +19,17 @@ int hex_value(char c);
 std::optional<std::string> percent_decode(std::string_view in,
                                           bool plus_is_space = false);
 
+/// `key` as one path segment that no URL normaliser on the way can turn
+/// into another path: the key percent-encoded (RFC 3986 unreserved
+/// characters stay), or nothing for a key that is not safe in a path
+/// whatever its encoding. Those are keys made of dots only (`.` and `..`
+/// are dot segments, and `%2E` is normalised to `.` first: RFC 3986
+/// 6.2.2.2, WHATWG, nginx), and keys holding `/`, `\`, `%`, `;`, `?` or
+/// `#` (a proxy or framework that decodes before routing makes them a
+/// separator, a second decoding, a path parameter, a query or a fragment).
+/// A changed path answers 404, which a reconcile URL means as "absent".
+std::optional<std::string> stable_path_segment(std::string_view key);
+
 /// Returns the decoded value of the first query parameter `name` in
 /// `target` (`/path?a=1&name=v`); nothing when absent or malformed.
 std::optional<std::string> query_param(std::string_view target,

@@ -52,7 +52,7 @@ webhook_handler::webhook_handler(webhook_options opts, node_service& node,
                                return r.upstream && r.delivery.durable;
                              });
   if (forwarder_ && durable) {
-    redelivery_ = std::make_unique<redelivery>(node_, *forwarder_,
+    redelivery_ = std::make_unique<redelivery>(node_, *forwarder_, metrics_,
                                                opts_.routes, now);
     redelivery_->start();
   }

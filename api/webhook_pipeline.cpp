@@ -249,7 +249,8 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
     std::move(claim),
     [this, idx, &route, replay, done = std::move(done), key = std::move(key),
      conn = req.conn_id, rid = req.req_id, epoch, routing = std::move(routing),
-     job = std::move(job)](reply<claim_result> rep) mutable {
+     job = std::move(job),
+     deadline = req.deadline](reply<claim_result> rep) mutable {
       http_response res;
       if (!rep.ok) {
         metrics_.count(idx, outcome::unavailable);
@@ -263,13 +264,24 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
       switch (rep.value.outcome) {
         case decision::accepted:
         case decision::renewed:
-          metrics_.count(idx, outcome::granted);
           if (job) {
             job->key = std::move(key);
             job->first_seen_ms = rec.first_seen_ms;
+            // Past the response timeout the sender heard 503 ("nothing
+            // executed"): then the forward must not begin. Once it has,
+            // the timeout's answer is "in doubt".
+            if (deadline
+                && !deadline->begin_effect(
+                  forward_timed_out_response(job->key))) {
+              metrics_.count(idx, outcome::unavailable);
+              forwarder_->release_unsent(std::move(*job));
+              return;
+            }
+            metrics_.count(idx, outcome::granted);
             return forward(route, std::move(*job), epoch, std::move(routing),
                            std::move(done));
           }
+          metrics_.count(idx, outcome::granted);
           res = granted_response(rec, key);
           break;
         case decision::duplicate:

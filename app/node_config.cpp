@@ -728,6 +728,21 @@ node_config::check_route_ttls(const webhook_options& web,
         return prefix + " must exceed the upstream's connect + response "
                "timeouts (" + human_ms(work)
                + "): a record could expire while its forward still runs";
+      // A forward that can outlast the sender's answer ends in "in doubt"
+      // whenever the upstream is slow (the response timeout answers 504
+      // while it runs): refused, unless the route answers 202 first.
+      bool answers_first = r.delivery.async
+                           || (r.respond_after.count() > 0
+                               && r.respond_after.count() < http_ms);
+      if (!answers_first && work > http_ms)
+        return "route." + r.name + ": upstream-connect-timeout + "
+               "upstream-timeout (" + human_ms(work)
+               + ") must not exceed http.response-timeout ("
+               + human_ms(http_ms)
+               + "): the sender would be answered before the upstream; "
+                 "lower the upstream's timeouts, raise "
+                 "http.response-timeout, or answer 202 first "
+                 "(respond-after, delivery = \"async\")";
     }
     if (auto horizon = retry_horizon_ms(r.auth); r.ttl_ms < horizon)
       warnings.push_back(

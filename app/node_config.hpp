@@ -114,7 +114,10 @@ public:
   /// Checks each route's TTL against the work it bounds: a TTL shorter
   /// than the upstream's connect + response timeouts, or than
   /// `http.response-timeout`, could expire a record while its first request
-  /// still runs. Returns an error naming the route, or an empty string.
+  /// still runs; a route whose upstream's timeouts exceed
+  /// `http.response-timeout` (and that answers no 202 first) would answer
+  /// its sender before the upstream. Returns an error naming the route, or
+  /// an empty string.
   /// Shorter-than-advised TTLs of signed routes (the sender retries for
   /// longer) are added to `warnings`.
   std::string check_route_ttls(const webhook_options& web,

@@ -349,6 +349,8 @@ void http_session<Stream>::dispatch_request() {
   req.remote = remote_;
   req.conn_id = id_;
   req.req_id = req_id_;
+  deadline_ = std::make_shared<response_deadline>();
+  req.deadline = deadline_;
   auto id = req_id_;
   // A handler that throws (before or after answering) gets a 500: the
   // phase check drops an answer it may have posted already.
@@ -368,6 +370,7 @@ void http_session<Stream>::dispatch_request() {
 template <class Stream>
 void http_session<Stream>::write(http_response res) {
   phase_ = phase::writing;
+  deadline_.reset();
   arm(srv_->opts.body_timeout);
   // What must not be sent (no final status, a field that would inject
   // another, one over the size limit) gets a 500 instead: a handler bug
@@ -487,10 +490,16 @@ void http_session<Stream>::on_timeout() {
       socket().shutdown(tcp::socket::shutdown_receive, ignored);
       break;
     }
-    case phase::handling:
-      write(transport_problem(503, "Response timeout",
-                              "no decision in time; retry"));
+    case phase::handling: {
+      // 503 says nothing was executed: only while the handler has begun
+      // nothing that may have effects; otherwise the answer it registered.
+      auto answer = deadline_ ? deadline_->expire() : std::nullopt;
+      deadline_.reset();
+      write(answer ? std::move(*answer)
+                   : transport_problem(503, "Response timeout",
+                                       "no decision in time; retry"));
       break;
+    }
     case phase::closed:
       break;
   }

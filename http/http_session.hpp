@@ -173,6 +173,8 @@ private:
   std::string body_;
   bool send_body_ = false;
   std::string remote_;
+  /// The current request's answer on a response timeout.
+  std::shared_ptr<response_deadline> deadline_;
   uint64_t id_;
   uint64_t req_id_ = 0;
   int64_t idle_since_ns_ = 0;

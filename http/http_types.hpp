@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -9,6 +11,9 @@
 #include <vector>
 
 namespace oncegate::gateway {
+
+struct http_response;
+class response_deadline;
 
 /// A complete HTTP request, detached from the transport so that request
 /// handling is testable without sockets.
@@ -27,6 +32,9 @@ struct http_request {
   /// Connection and request numbers for log lines (`[C12][R3]`).
   uint64_t conn_id = 0;
   uint64_t req_id = 0;
+  /// What the server answers if `http.response-timeout` passes first
+  /// (null: the request has no deadline, e.g. in unit tests).
+  std::shared_ptr<response_deadline> deadline;
 
   /// Returns the first field named `name` (lower case).
   std::optional<std::string_view> header(std::string_view name) const {
@@ -78,6 +86,30 @@ struct http_response {
   }
 };
 
+/// The answer to a request whose handler did not answer within
+/// `http.response-timeout`. By default `503 unavailable`, which promises
+/// that nothing was executed; so a handler that is about to start
+/// something with effects beyond its answer (a forward upstream) first
+/// registers the answer that fits once it has begun (`begin_effect`), and
+/// does not begin at all if the timeout has already answered. Shared by
+/// the session and the handler; thread-safe.
+class response_deadline {
+public:
+  /// The handler is about to begin an effect; `answer` is what the
+  /// timeout says from now on. False: the timeout has answered already,
+  /// and the effect must not begin.
+  bool begin_effect(http_response answer);
+
+  /// The timeout passed: the answer registered by `begin_effect`, or none
+  /// (the default answer; no effect begins after this call).
+  std::optional<http_response> expire();
+
+private:
+  std::mutex mtx_;
+  bool expired_ = false;
+  std::unique_ptr<http_response> answer_;
+};
+
 /// Completes one request; may be called from any thread, exactly once.
 using responder = std::function<void(http_response)>;
 
@@ -95,5 +127,21 @@ public:
     return static_cast<std::size_t>(-1);
   }
 };
+
+inline bool response_deadline::begin_effect(http_response answer) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (expired_)
+    return false;
+  answer_ = std::make_unique<http_response>(std::move(answer));
+  return true;
+}
+
+inline std::optional<http_response> response_deadline::expire() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  expired_ = true;
+  if (answer_ == nullptr)
+    return std::nullopt;
+  return std::move(*answer_);
+}
 
 } // namespace oncegate::gateway

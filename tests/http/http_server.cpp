@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -38,6 +39,21 @@ public:
     auto path = req.path();
     if (path == "/throw")
       throw std::runtime_error("handler bug");
+    if (path == "/never" || path == "/effect-then-never") {
+      // Keeps the responder, as a handler waiting for the store does, and
+      // never answers: the response timeout does.
+      if (path == "/effect-then-never") {
+        http_response late;
+        late.status = 504;
+        late.set("Content-Type", "text/plain");
+        late.body = "may have happened";
+        if (!req.deadline || !req.deadline->begin_effect(std::move(late)))
+          throw std::logic_error("no deadline, or expired already");
+      }
+      std::lock_guard<std::mutex> guard{mtx_};
+      parked_.push_back(std::move(done));
+      return;
+    }
     http_response res;
     res.set("Content-Type", "text/plain");
     res.body = "hello " + req.method;
@@ -69,6 +85,24 @@ public:
     if (path == "/answer-then-throw")
       throw std::logic_error("handler bug after answering");
   }
+
+  /// Answers every parked request now (late: the timeout answered).
+  void answer_parked() {
+    std::vector<responder> parked;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      parked.swap(parked_);
+    }
+    for (auto& done : parked) {
+      http_response res;
+      res.body = "too late";
+      done(std::move(res));
+    }
+  }
+
+private:
+  std::mutex mtx_;
+  std::vector<responder> parked_;
 };
 
 struct parsed_response {
@@ -211,6 +245,7 @@ struct fixture {
     opts.host = "127.0.0.1";
     opts.port = 0;
     opts.max_connections = 64;
+    opts.response_timeout = std::chrono::milliseconds(300);
     std::string error;
     server = http_server::listen(opts, handler, error);
     if (!server)
@@ -293,6 +328,42 @@ CAF_TEST(an answer that must not be sent gets a 500 problem and the server keeps
     check_serving();
   }
   CAF_CHECK_EQUAL(transport_counters().internal_errors, before + 5);
+}
+
+CAF_TEST(a handler that never answers gets 503 at the response timeout) {
+  raw_client c{server->port()};
+  c.send(get("/never"));
+  auto res = c.read();
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 503);
+  // The late answer is dropped: nothing more arrives.
+  handler.answer_parked();
+  CAF_CHECK(!c.read());
+  check_serving();
+}
+
+CAF_TEST(a handler that began an effect gets its own answer at the timeout) {
+  raw_client c{server->port()};
+  c.send(get("/effect-then-never"));
+  auto res = c.read();
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 504);
+  CAF_CHECK_EQUAL(res->body, "may have happened");
+  handler.answer_parked();
+  check_serving();
+}
+
+CAF_TEST(an effect cannot begin once the timeout answered) {
+  response_deadline d;
+  CAF_CHECK(!d.expire());
+  http_response res;
+  CAF_CHECK(!d.begin_effect(res));
+  response_deadline e;
+  res.status = 504;
+  CAF_CHECK(e.begin_effect(res));
+  auto got = e.expire();
+  CAF_REQUIRE(got);
+  CAF_CHECK_EQUAL(got->status, 504);
 }
 
 CAF_TEST(a 204 or 304 answer with a body is sent without the body) {

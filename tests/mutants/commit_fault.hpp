@@ -1,7 +1,9 @@
 // A failing COMMIT on demand for the test node: while the file named by
 // ONCEGATE_COMMIT_FAULT_FILE exists, every COMMIT of every SQLite
 // connection the process opens becomes a ROLLBACK (sqlite3_commit_hook),
-// as a disk error at commit time would. Tests only.
+// as a disk error at commit time would; while the file named by
+// ONCEGATE_COMMIT_HOLD_FILE exists, every COMMIT waits, as on a stalled
+// disk. Tests only.
 #pragma once
 
 namespace oncegate::test {

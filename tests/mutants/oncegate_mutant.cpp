@@ -12,6 +12,7 @@
 //                        this process is a power cut
 // ONCEGATE_POWERLOSS_SYNC_DELAY_US   a disk's flush latency for that VFS
 // ONCEGATE_COMMIT_FAULT_FILE   while this file exists every COMMIT fails
+// ONCEGATE_COMMIT_HOLD_FILE    while this file exists every COMMIT waits
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

@@ -24,55 +24,23 @@ without it.
 
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import unittest
 
-from harness import Node, TempDir, free_port, http_call, wait_for
+import nginx
+from harness import Node, TempDir, http_call
 
 PROBLEM = "https://oncegate.dev/problems/"
-NGINX = shutil.which("nginx") or (
-    "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
-IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 PROXY_SOURCE = "127.0.0.2"  # nginx's address towards the node
 CLIENT = "127.0.0.3"  # the outside client's address
-START_TIMEOUT = 10.0
-STOP_TIMEOUT = 10.0
 
-NGINX_CONF = """# written by tests/process/test_reverse_proxy.py
-{user}
-worker_processes 1;
-daemon off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-
-events {{
-  worker_connections 64;
-}}
-
-http {{
-  access_log {dir}/access.log;
-  client_body_temp_path {dir}/client_body;
-  proxy_temp_path {dir}/proxy;
-  fastcgi_temp_path {dir}/fastcgi;
-  uwsgi_temp_path {dir}/uwsgi;
-  scgi_temp_path {dir}/scgi;
-
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{
+LOCATIONS = """    location / {{
       proxy_pass http://127.0.0.1:{node_port};
       proxy_bind {source};
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_set_header Host $http_host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-    }}
-  }}
-}}
-"""
+    }}"""
 
 NODE_INI = """[http]
 trusted-proxies=["{source}/32"]
@@ -94,86 +62,9 @@ allow=["10.1.2.3/32"]
 """
 
 
-class Nginx:
-    """One nginx master (and its worker) in `directory`, reaped by
-    `stop`."""
-
-    def __init__(self, directory, node_port):
-        self.dir = directory
-        self.port = free_port()
-        user = "user %s;" % _user_name() if os.geteuid() == 0 else ""
-        self.conf = os.path.join(directory, "nginx.conf")
-        with open(self.conf, "w") as f:
-            f.write(NGINX_CONF.format(user=user, dir=directory, port=self.port,
-                                      node_port=node_port,
-                                      source=PROXY_SOURCE))
-        self.proc = None
-
-    def start(self):
-        out = open(os.path.join(self.dir, "stdout.log"), "wb")
-        # Its own session, so that stop() can reach the worker too.
-        self.proc = subprocess.Popen(
-            [NGINX, "-p", self.dir, "-c", self.conf,
-             "-e", os.path.join(self.dir, "error.log")],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
-        out.close()
-        if not wait_for(self._accepts, START_TIMEOUT, 0.02):
-            self.stop()
-            raise RuntimeError("nginx did not start: %s" % self.log())
-        return self
-
-    def _accepts(self):
-        if self.proc.poll() is not None:
-            raise RuntimeError("nginx exited with %s: %s"
-                               % (self.proc.returncode, self.log()))
-        try:
-            socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-            return True
-        except OSError:
-            return False
-
-    def log(self):
-        text = []
-        for name in ("stdout.log", "error.log"):
-            try:
-                with open(os.path.join(self.dir, name), errors="replace") as f:
-                    text.append(f.read()[-2000:])
-            except OSError:
-                pass
-        return "\n".join(text)
-
-    def stop(self):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: fast shutdown, workers too
-            try:
-                self.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.proc = None
-
-    def request(self, method, path, body=None, headers=None):
-        """A request of the outside client, through nginx."""
-        return http_call("127.0.0.1", self.port, method, path, body, headers,
-                         source=CLIENT)
-
-
-def _user_name():
-    import pwd
-    return pwd.getpwuid(os.geteuid()).pw_name
-
-
 class ReverseProxyTest(unittest.TestCase):
     def setUp(self):
-        if NGINX is None:
-            if IN_CI:
-                self.fail("nginx is missing (Debian: apt-get install nginx; "
-                          "scripts/setup.sh installs it)")
-            self.skipTest("nginx is not installed (Debian: apt-get install "
-                          "nginx); this test runs in CI")
+        nginx.require(self)
         self.tmp = TempDir()
         self.addCleanup(self.tmp.cleanup)
         ini = os.path.join(self.tmp.path, "node.ini")
@@ -182,7 +73,9 @@ class ReverseProxyTest(unittest.TestCase):
         self.node = Node(os.path.join(self.tmp.path, "data"),
                          "--config-file=" + ini).start()
         self.addCleanup(self.node.kill)
-        self.nginx = Nginx(self.tmp.path, self.node.port).start()
+        self.nginx = nginx.Nginx(self.tmp.path, LOCATIONS.format(
+            node_port=self.node.port, source=PROXY_SOURCE),
+            client=CLIENT).start()
         self.addCleanup(self.nginx.stop)
         self.n = 0
 
