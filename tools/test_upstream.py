@@ -31,7 +31,8 @@ drop (close without answering), and the misbehaving ones:
   true); `extras()` counts the ones written.
 
 `GET /by-key/KEY` answers 200 with the order if KEY executed here, else 404
-(500 in mode error): what a reconcile URL asks.
+(500 in mode error; in any mode `status` when it is 400..599): what a
+reconcile URL asks.
 
 `counts()` and `/_counts` also report `connections`, the connections
 accepted (a client that pools connections opens fewer than it sends).
@@ -120,6 +121,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/by-key/"):
             # Reconciliation: 200 with the order if this key executed here.
             key = unquote(self.path[len("/by-key/"):])
+            status = up.options["status"]
+            if 400 <= status <= 599:
+                return self._reply(status, {"error": "told to fail"})
             if up.mode == "error":
                 return self._reply(500, {"error": "upstream failure"})
             if up.executions(key) > 0:

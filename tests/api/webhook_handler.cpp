@@ -3,6 +3,8 @@
 
 #include <optional>
 
+#include <caf/settings.hpp>
+
 #include "common/sha256.hpp"
 #include "api/webhook_handler.hpp"
 
@@ -18,10 +20,29 @@ class scripted_node : public node_service {
 public:
   std::vector<claim_request> seen;
   std::optional<reply<claim_result>> next;
+  /// Set: claims are not answered until `answer_held`.
+  bool hold = false;
+  std::vector<std::function<void(reply<claim_result>)>> held;
+
+  void answer_held() {
+    auto waiting = std::move(held);
+    held.clear();
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      reply<claim_result> res;
+      res.ok = true;
+      res.value.outcome = decision::accepted;
+      res.value.rec = make_record(seen[seen.size() - waiting.size() + i]);
+      waiting[i](res);
+    }
+  }
 
   void claim(claim_request req,
              std::function<void(reply<claim_result>)> done) override {
     seen.push_back(req);
+    if (hold) {
+      held.push_back(std::move(done));
+      return;
+    }
     if (next) {
       done(*next);
       return;
@@ -57,6 +78,32 @@ public:
   }
 };
 
+// Routes `tv` and `tv-replay` take the token `s3cret` (`?token=`); the
+// second replays a duplicate's stored answer.
+webhook_options token_options() {
+  caf::settings routes;
+  for (auto name : {"tv", "tv-replay"}) {
+    caf::settings r;
+    r["auth"] = std::string{"token"};
+    r["secret-env"] = std::string{"TV_TOKEN"};
+    if (std::string{name} == "tv-replay")
+      r["on-duplicate"] = std::string{"replay"};
+    routes[std::string{name}] = std::move(r);
+  }
+  env_lookup env = [](const std::string& name) -> std::optional<std::string> {
+    if (name == "TV_TOKEN")
+      return std::string{"s3cret"};
+    return std::nullopt;
+  };
+  webhook_options opts;
+  std::string error;
+  auto table = make_routes(&routes, route_defaults{}, env, error);
+  CAF_REQUIRE_EQUAL(error, "");
+  CAF_REQUIRE(table);
+  opts.routes = std::move(*table);
+  return opts;
+}
+
 webhook_options default_options() {
   webhook_options opts;
   std::string error;
@@ -70,6 +117,21 @@ struct fixture {
   scripted_node claims;
   webhook_handler handler{default_options(), claims,
                           [] { return int64_t{1'700'000'000'000}; }};
+  webhook_handler token_handler{token_options(), claims,
+                                [] { return int64_t{1'700'000'000'000}; }};
+
+  /// Sends through `h`; the answer, if it came before this returns.
+  std::optional<http_response>
+  try_send(webhook_handler& h, std::string target, std::string body) {
+    http_request req;
+    req.method = "POST";
+    req.target = std::move(target);
+    req.body = std::move(body);
+    req.headers = {{"content-type", "application/json"}};
+    std::optional<http_response> res;
+    h.handle(std::move(req), [&](http_response r) { res = r; });
+    return res;
+  }
 
   http_response send(std::string method, std::string target,
                      std::string body = {},
@@ -222,6 +284,63 @@ CAF_TEST(outcomes are counted per route) {
   auto text = m.render(node_metrics{});
   CAF_CHECK(contains(text, R"(oncegate_decisions_total{route="default",outcome="new"} 1)"));
   CAF_CHECK(contains(text, "oncegate_request_duration_seconds_count 2"));
+}
+
+CAF_TEST(a decision that raced a release is not answered from the cache) {
+  // The claim is decided, then an operator releases the key before its
+  // answer comes back: the decision is not cached, so the next request
+  // asks the store, which no longer has it.
+  claims.hold = true;
+  std::optional<http_response> first;
+  http_request req;
+  req.method = "POST";
+  req.target = "/v1/webhook";
+  req.body = R"({"id":"race"})";
+  req.headers = {{"content-type", "application/json"}};
+  handler.handle(std::move(req), [&](http_response r) { first = r; });
+  CAF_REQUIRE(!first);
+  handler.forget_cached("default", "race");
+  claims.answer_held();
+  CAF_REQUIRE(first);
+  CAF_CHECK_EQUAL(first->status, 200);
+  claims.hold = false;
+  auto again = send("POST", "/v1/webhook", R"({"id":"race"})");
+  CAF_CHECK_EQUAL(claims.seen.size(), 2u);
+  CAF_CHECK_EQUAL(again.status, 200);
+  // Without a release in between, the decision is cached: a duplicate is
+  // answered without asking the store.
+  send("POST", "/v1/webhook", R"({"id":"race"})");
+  CAF_CHECK_EQUAL(claims.seen.size(), 2u);
+}
+
+CAF_TEST(a wrong or missing token is 401 whatever the key has decided) {
+  for (std::string route : {"tv", "tv-replay"}) {
+    CAF_MESSAGE("route " << route);
+    auto path = "/v1/webhook/" + route;
+    auto body = R"({"id":"known-)" + route + R"(","qty":1})";
+    auto ok = try_send(token_handler, path + "?token=s3cret", body);
+    CAF_REQUIRE(ok);
+    CAF_CHECK_EQUAL(ok->status, 200);
+    auto seen = claims.seen.size();
+    // The key is decided and cached; a wrong token still learns nothing.
+    for (auto target : {path + "?token=wrong", path, path + "?token="}) {
+      auto res = try_send(token_handler, target, body);
+      CAF_REQUIRE(res);
+      CAF_CHECK_EQUAL(res->status, 401);
+      CAF_CHECK(contains(res->body, "problems/unauthorized"));
+      CAF_CHECK(!contains(res->body, "first_seen"));
+      CAF_CHECK(!contains(res->body, "original_status"));
+      CAF_CHECK(!contains(res->body, "accepted"));
+      CAF_CHECK(!header(*res, "Idempotent-Replayed"));
+    }
+    CAF_CHECK_EQUAL(claims.seen.size(), seen);
+    // The right token gets the duplicate's answer from the cache.
+    auto dup = try_send(token_handler, path + "?token=s3cret", body);
+    CAF_REQUIRE(dup);
+    CAF_CHECK_EQUAL(dup->status, route == "tv" ? 409 : 200);
+    CAF_CHECK_EQUAL(header(*dup, "Idempotent-Replayed"),
+                    std::string{"true"});
+  }
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -224,6 +224,30 @@ class DeliveryTest(ForwardingCase, unittest.TestCase):
         self.assertEqual(len(fences), 1, fences)
         self.assertEqual(fences[0], "0.2", fences)
 
+    def test_only_a_404_of_the_reconcile_url_means_absent(self):
+        # Rate limited, unauthorised, forbidden, gone: none of them says the
+        # order does not exist. The key stays in doubt, asked again, and is
+        # never delivered a second time.
+        keys = []
+        for status in (429, 401, 403, 410):
+            k = self.key()
+            keys.append(k)
+            # Executed, then the connection drops (in doubt); the reconcile
+            # URL answers `status` from the start.
+            self.up.set_mode("drop", status=status)
+            self.assertEqual(self.post(k, "settle")[0], 202)
+            self.wait_state(k, "settle", "in_doubt")
+            self.assertTrue(wait_for(
+                lambda: self.record(k, "settle")[1]["reconciles"] >= 2
+                or self.up.executions(k) > 1, 10), self.record(k, "settle"))
+            self.assertEqual(self.up.executions(k), 1, status)
+            self.assertEqual(self.state(k, "settle"), "in_doubt", status)
+        # Once the URL answers, each is found: completed, executed once.
+        self.up.set_mode("normal")
+        for k in keys:
+            self.wait_state(k, "settle", "completed")
+            self.assertEqual(self.up.executions(k), 1)
+
     def test_an_attempt_that_may_have_arrived_is_in_doubt_never_retried(self):
         k = self.key()
         self.up.set_mode("slow", 5)  # past upstream-timeout: maybe sent
