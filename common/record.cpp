@@ -88,6 +88,15 @@ record_update after_delivery(const delivery_attempt& a, delivery d,
   return upd;
 }
 
+record_update release_of(const claim_request& req) {
+  record_update upd;
+  upd.route = req.route;
+  upd.key = req.key;
+  upd.op = transition::release;
+  upd.request_id = req.request_id;
+  return upd;
+}
+
 const char* malformed_key(std::string_view route, std::string_view key) {
   if (route.empty() || route.size() > record_bounds::route)
     return "route size";

@@ -352,6 +352,13 @@ struct delivery_attempt {
   int64_t now_ms = 0;
 };
 
+/// The release that undoes claim attempt `req` should it have committed,
+/// and nothing else: it names the attempt by its request id, so a record
+/// that another attempt (another node's, or this node's next one) made of
+/// the same key is left alone. A gateway sends it when it gave up on the
+/// claim's answer.
+record_update release_of(const claim_request& req);
+
 /// The one rule for what a delivery makes of the in-flight record of an
 /// attempt; for `answered`, the answer to store (`headers` as in
 /// `record::headers`).

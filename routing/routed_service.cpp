@@ -166,11 +166,7 @@ public:
       // Giving up does not undo a claim that may still commit (its
       // leader lost leadership with the entry in flight): release it,
       // should it have committed, so that the sender's retry executes.
-      record_update undo;
-      undo.route = req.route;
-      undo.key = req.key;
-      undo.op = transition::release;
-      undo.request_id = req.request_id;
+      auto undo = release_of(req);
       auto undo_for = std::chrono::milliseconds(
         std::clamp<int64_t>(req.ttl_ms, 1000, 86'400'000));
       auto on_reply = [this, done = std::move(done), hdl, undo,

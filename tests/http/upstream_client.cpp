@@ -385,4 +385,24 @@ CAF_TEST(bytes after a complete answer keep the connection out of the pool) {
   CAF_CHECK_EQUAL(up.connections(), 3);
 }
 
+CAF_TEST(a reused connection closed after the request was written is maybe sent) {
+  // The first request's connection is kept alive and pooled; the upstream
+  // takes the whole second request on it, then closes without a word (it
+  // crashed while executing, or timed the connection out as it read).
+  // Not "not sent": a stale pooled connection that closes before the
+  // request arrived looks the same to the client, but here the request
+  // may have been acted on, so it is never sent again.
+  scripted_upstream up{{{answer(200, "one"), "", false}}};
+  auto first = send(up.target(), "k1");
+  CAF_CHECK_EQUAL(static_cast<int>(first.outcome),
+                  static_cast<int>(response));
+  CAF_REQUIRE(up.wait_replied(1));
+  auto second = send(up.target(), "k2");
+  CAF_CHECK_EQUAL(static_cast<int>(second.outcome),
+                  static_cast<int>(maybe_sent));
+  // Sent once, on the reused connection: no retry on a new one.
+  CAF_CHECK_EQUAL(up.connections(), 1);
+  CAF_CHECK_EQUAL(up.keys(), (std::vector<std::string>{"k1", "k2"}));
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -350,6 +350,37 @@ CAF_TEST(a release deletes the record so the key executes again) {
                   decision::accepted);
 }
 
+CAF_TEST(an abandoned claim attempt releases only its own record) {
+  auto db = open();
+  // Node 1's attempt (request 7) was given up on and never committed;
+  // node 2's attempt (request 9) claimed the key.
+  auto mine = in_flight_claim(1000);
+  mine.owner = 1;
+  mine.request_id = 7;
+  auto theirs = in_flight_claim(1000);
+  theirs.owner = 2;
+  theirs.request_id = 9;
+  CAF_CHECK_EQUAL(claim(*db, theirs).outcome, decision::accepted);
+  CAF_REQUIRE(!db->begin());
+  auto undo = db->update(release_of(mine));
+  CAF_REQUIRE(!db->commit());
+  CAF_REQUIRE(undo);
+  CAF_CHECK(!undo->applied);
+  CAF_REQUIRE(undo->current.found);
+  CAF_CHECK_EQUAL(undo->current.rec.request_id, 9u);
+  // Its forward still runs: a retry is a duplicate, never a second
+  // execution.
+  CAF_CHECK_EQUAL(claim(*db, in_flight_claim(1001)).outcome,
+                  decision::duplicate);
+  // The attempt that made the record releases it.
+  CAF_REQUIRE(!db->begin());
+  auto own = db->update(release_of(theirs));
+  CAF_REQUIRE(!db->commit());
+  CAF_REQUIRE(own);
+  CAF_CHECK(own->applied);
+  CAF_CHECK(!own->current.found);
+}
+
 CAF_TEST(an update for an older instance of the key changes nothing) {
   auto db = open();
   claim(*db, in_flight_claim(1000));
