@@ -1,8 +1,8 @@
 #include "cli/transport.hpp"
 
 #include <algorithm>
-#include <memory>
 #include <cctype>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
