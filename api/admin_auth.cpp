@@ -94,22 +94,34 @@ http_response refuse(const http_request& req, const rejection& why) {
 } // namespace
 
 bool loopback_host(const http_request& req) {
-  auto host = req.header("host");
+  // Exactly one Host field (RFC 9112 3.2): of two, which one names the
+  // host is anybody's guess, so neither does.
+  std::optional<std::string_view> host;
+  for (auto& [k, v] : req.headers)
+    if (k == "host") {
+      if (host)
+        return false;
+      host = v;
+    }
   if (!host)
     return false;
   auto h = lower(trim(*host));
   std::string_view name{h};
+  auto port_ok = [](std::string_view text) {
+    auto port = parse_digits(text, 5);
+    return port && *port <= 65535;
+  };
   if (!name.empty() && name.front() == '[') {
     auto close = name.find(']');
     if (close == std::string_view::npos)
       return false;
     auto rest = name.substr(close + 1);
-    if (!rest.empty() && (rest.front() != ':' || !parse_digits(rest.substr(1), 5)))
+    if (!rest.empty() && (rest.front() != ':' || !port_ok(rest.substr(1))))
       return false;
     return is_loopback_address(name.substr(1, close - 1));
   }
   if (auto colon = name.find(':'); colon != std::string_view::npos) {
-    if (!parse_digits(name.substr(colon + 1), 5))
+    if (!port_ok(name.substr(colon + 1)))
       return false;
     name = name.substr(0, colon);
   }

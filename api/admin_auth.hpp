@@ -39,9 +39,10 @@ bool admin_read(const http_request& req);
 /// either header (curl, scripts) are not.
 bool cross_site(const http_request& req);
 
-/// Whether `req` names a loopback host in its `Host` field: `localhost`,
-/// a loopback IPv4 address or a bracketed loopback IPv6 address, with or
-/// without a port. A page whose own name was rebound to 127.0.0.1 (DNS
+/// Whether `req` names a loopback host in its one `Host` field:
+/// `localhost`, a loopback IPv4 address or a bracketed loopback IPv6
+/// address, with or without a port (0..65535). No `Host`, an empty one or
+/// two of them: no. A page whose own name was rebound to 127.0.0.1 (DNS
 /// rebinding) sends its own name, which is same-origin but not this.
 bool loopback_host(const http_request& req);
 

@@ -1,7 +1,9 @@
 #include "api/metrics.hpp"
 #include "common/enum_text.hpp"
 
-#include <cstdio>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
 
 #include "http/http_server.hpp"
 
@@ -9,10 +11,34 @@ namespace oncegate::gateway {
 
 namespace {
 
+// The shortest text that reads back as `x`, laid out as Go's
+// strconv.FormatFloat(x, 'g', -1, 64) does, which the Prometheus client
+// libraries print (Python's through floatToGoString): `5e-05`, `0.0001`,
+// `0.30000000000000004`, `100000`, `1e+06`. `%.17g` printed 5e-05 as
+// `5.0000000000000002e-05`. The text format spells the special values
+// `+Inf`, `-Inf` and `NaN`.
 std::string number(double x) {
+  if (std::isnan(x))
+    return "NaN";
+  if (std::isinf(x))
+    return x > 0 ? "+Inf" : "-Inf";
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", x);
-  return buf;
+  auto sci = std::to_chars(buf, buf + sizeof(buf), x,
+                           std::chars_format::scientific);
+  // `d[.ddd]e±XX`: the exponent, its sign always written.
+  auto e = std::find(buf, sci.ptr, 'e');
+  int exponent = 0;
+  for (auto p = e + 2; p < sci.ptr; ++p)
+    exponent = exponent * 10 + (*p - '0');
+  if (e + 1 < sci.ptr && e[1] == '-')
+    exponent = -exponent;
+  // %g's rule with Go's precision 6 for the shortest form; in between the
+  // fixed form is short (at most 4 zeros after the point, 6 digits before).
+  if (exponent < -4 || exponent >= 6)
+    return std::string(buf, sci.ptr);
+  auto fixed = std::to_chars(buf, buf + sizeof(buf), x,
+                             std::chars_format::fixed);
+  return std::string(buf, fixed.ptr);
 }
 
 void header(std::string& out, const char* name, const char* type,

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,16 +25,21 @@ namespace {
 constexpr std::string_view default_node = "http://127.0.0.1:8080";
 constexpr std::string_view node_env = "ONCEGATE_NODE";
 constexpr std::string_view token_env = "ONCEGATE_TOKEN";
+constexpr std::string_view ca_file_env = "ONCEGATE_CA_FILE";
 
 // Options every command takes.
 const std::vector<option_spec> global_options{
-  {"node"}, {"token"}, {"token-file"}, {"timeout"}, {"json", false},
-  {"help", false}};
+  {"node"}, {"token"}, {"token-file"}, {"ca-file"}, {"timeout"},
+  {"json", false}, {"help", false}};
 
 constexpr std::string_view options_help =
   "Options (any command):\n"
-  "  --node=URL         the node: http://HOST:PORT or HOST:PORT\n"
-  "                     (env ONCEGATE_NODE; default http://127.0.0.1:8080)\n"
+  "  --node=URL         the node: http://HOST:PORT, https://HOST:PORT or\n"
+  "                     HOST:PORT (env ONCEGATE_NODE; default\n"
+  "                     http://127.0.0.1:8080; port 8080 when left out)\n"
+  "  --ca-file=FILE     https: the CA certificates (PEM) the node's\n"
+  "                     certificate must chain to (env ONCEGATE_CA_FILE;\n"
+  "                     default the system's CA store)\n"
   "  --token-file=FILE  the admin token: the first line of FILE\n"
   "                     (or env ONCEGATE_TOKEN; both keep it out of ps)\n"
   "  --token=TOKEN      the admin token on the command line: visible to\n"
@@ -48,7 +54,8 @@ constexpr std::string_view exit_help =
   "Exit codes: 0 done; 1 refused by the node (400, 405, 415, 422, 500, ...);\n"
   "2 usage error, nothing sent; 3 not found (404); 4 the state does not\n"
   "allow it (409); 5 node unreachable or unavailable (no answer, timeout,\n"
-  "malformed answer, 502/503/504); 6 token or caller refused (401, 403).\n";
+  "malformed answer, a certificate that does not verify, 502/503/504);\n"
+  "6 token or caller refused (401, 403).\n";
 
 const std::vector<command_spec>* group_commands(std::string_view group) {
   if (group == "keys")
@@ -170,7 +177,7 @@ bool wants_admin_cli(int argc, char** argv) {
   if (first == "keys" || first == "cluster" || first == "help")
     return true;
   for (std::string_view opt : {"--node", "--token", "--token-file",
-                               "--timeout"})
+                               "--ca-file", "--timeout"})
     if (first == opt
         || (first.size() > opt.size() && first.substr(0, opt.size()) == opt
             && first[opt.size()] == '='))
@@ -194,7 +201,8 @@ int run_admin_cli(int argc, char** argv, std::string_view version) {
     if (arg.size() > 1 && arg[0] == '-') {
       rest.push_back(arg);
       bool takes_value = arg == "--node" || arg == "--token"
-                         || arg == "--token-file" || arg == "--timeout";
+                         || arg == "--token-file" || arg == "--ca-file"
+                         || arg == "--timeout";
       if (takes_value && i + 1 < all.size())
         rest.push_back(all[++i]);
       continue;
@@ -293,6 +301,29 @@ int run_admin_cli(int argc, char** argv, std::string_view version) {
                               "bad node address " + display(shown) + " from "
                                 + node_source + ": " + *why));
   }
+  auto& node = std::get<node_address>(where);
+  // The trust for an https:// node; ONCEGATE_CA_FILE is ignored for
+  // http://, which a shell that sets it for one node may also use.
+  std::shared_ptr<const gateway::upstream_tls> tls;
+  auto ca_file = args.value("ca-file");
+  if (ca_file && !node.tls)
+    return to_int(usage_error(err, *cmd,
+                              "--ca-file is for an https:// node, and "
+                                + node.url() + " is not one"));
+  std::string ca_source = "--ca-file";
+  if (!ca_file)
+    if (auto env = std::getenv(ca_file_env.data()); env && *env) {
+      ca_file = env;
+      ca_source = std::string{ca_file_env};
+    }
+  if (node.tls) {
+    auto made = make_client_tls(ca_file.value_or(""));
+    if (auto why = std::get_if<std::string>(&made))
+      return to_int(usage_error(err, *cmd,
+                                (ca_file ? ca_source + ": " : std::string{})
+                                  + safe_text(*why)));
+    tls = std::get<0>(std::move(made));
+  }
   std::string token;
   std::string why;
   if (!find_token(args, token, why))
@@ -309,9 +340,8 @@ int run_admin_cli(int argc, char** argv, std::string_view version) {
                                 "e.g. 10s or 500ms"));
     limits.request = *d;
   }
-  node_client client{std::get<node_address>(std::move(where)),
-                     std::move(token), limits,
-                     "oncegate-cli/" + std::string{version}};
+  node_client client{std::move(node), std::move(token), limits,
+                     "oncegate-cli/" + std::string{version}, std::move(tls)};
   command_context ctx{client, args.has("json"), out, err};
   auto code = cmd->run(ctx, *cmd, args);
   out.flush();

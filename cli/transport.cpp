@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -9,11 +10,19 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
+#include "http/upstream_tls.hpp"
 
 namespace oncegate::cli {
 
@@ -25,6 +34,7 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using steady = std::chrono::steady_clock;
 using error_code = beast::error_code;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
 std::string duration_text(std::chrono::milliseconds d) {
   if (d.count() % 1000 == 0)
@@ -41,20 +51,55 @@ bool v6_char(char c) {
   return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.';
 }
 
+// What to do about a failed handshake, after OpenSSL's reason: plain HTTP
+// answered, or the verification result says whether the certificate's
+// name or issuer was wrong (an expired certificate and the like say enough
+// themselves).
+std::string tls_hint(error_code ec, SSL* ssl, const node_address& where) {
+  if (ec.category() == asio::error::get_ssl_category()
+      && ERR_GET_REASON(static_cast<unsigned long>(ec.value()))
+           == SSL_R_WRONG_VERSION_NUMBER)
+    return "; is it a TLS listener? A node without http.tls-certificate "
+           "serves http://";
+  switch (SSL_get_verify_result(ssl)) {
+    case X509_V_ERR_HOSTNAME_MISMATCH:
+    case X509_V_ERR_IP_ADDRESS_MISMATCH:
+      return "; the node's certificate does not name " + where.host
+             + ": give the node by a name or address its certificate "
+               "carries";
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+      return "; no CA trusted here signed the node's certificate: give the "
+             "CA's certificate with --ca-file=FILE or ONCEGATE_CA_FILE "
+             "(without either, the system's CA store)";
+    default:
+      return {};
+  }
+}
+
 // One request from resolution to the complete answer, on the caller's
 // io_context, which runs until it is done. Each step is bounded: resolve
-// and connect by the connect deadline, sending and reading by the
-// request's. Beast's tcp_stream closes the socket when its deadline passes,
-// so a node that accepts and never answers costs the deadline, no more.
+// and connect by the connect deadline, the TLS handshake, sending and
+// reading by the request's. Beast's tcp_stream closes the socket when its
+// deadline passes, so a node that accepts and never answers costs the
+// deadline, no more. Over TLS the request is written only after a
+// handshake that verified the node's certificate: a peer OpenSSL refused
+// never sees a byte of it, the token included.
 class exchange {
 public:
   exchange(asio::io_context& ioc, const node_address& where,
-           const transport_limits& limits, http::request<http::string_body> req)
+           const transport_limits& limits,
+           const gateway::upstream_tls* tls,
+           http::request<http::string_body> req)
     : where_(where),
       limits_(limits),
       resolver_(ioc),
       resolve_timer_(ioc),
-      stream_(ioc),
+      plain_(ioc),
+      tls_(tls ? std::make_unique<tls_stream>(ioc, tls->context()) : nullptr),
       req_(std::move(req)),
       deadline_(steady::now() + limits.request),
       connect_deadline_(std::min(steady::now() + limits.connect, deadline_)) {
@@ -106,12 +151,33 @@ private:
     do_connect();
   }
 
+  // The TCP stream under TLS, or the plain one.
+  beast::tcp_stream& tcp_layer() {
+    return tls_ ? beast::get_lowest_layer(*tls_) : plain_;
+  }
+
+  // Calls `f` with the stream the request goes over.
+  template <class F>
+  void with_stream(F&& f) {
+    if (tls_)
+      f(*tls_);
+    else
+      f(plain_);
+  }
+
+  // An error of the TLS layer, described as OpenSSL has it.
+  std::string describe(error_code ec) {
+    if (!tls_)
+      return ec.message();
+    return gateway::detail::describe_tls_error(ec, tls_->native_handle());
+  }
+
   void do_connect() {
-    stream_.expires_at(connect_deadline_);
-    stream_.async_connect(endpoints_,
-                          [this](error_code ec, const tcp::endpoint&) {
-                            on_connect(ec);
-                          });
+    tcp_layer().expires_at(connect_deadline_);
+    tcp_layer().async_connect(endpoints_,
+                              [this](error_code ec, const tcp::endpoint&) {
+                                on_connect(ec);
+                              });
   }
 
   void on_connect(error_code ec) {
@@ -120,9 +186,36 @@ private:
                   + duration_text(std::min(limits_.connect, limits_.request)));
     if (ec)
       return fail("connect: " + ec.message());
-    stream_.expires_at(deadline_);
-    http::async_write(stream_, req_, [this](error_code ec, std::size_t) {
-      on_write(ec);
+    tcp_layer().expires_at(deadline_);
+    if (tls_)
+      return do_handshake();
+    do_write();
+  }
+
+  void do_handshake() {
+    auto ssl = tls_->native_handle();
+    std::string why;
+    if (!gateway::detail::prepare_tls_client(ssl, where_.host, why))
+      return fail("TLS: " + why);
+    tls_->async_handshake(asio::ssl::stream_base::client,
+                          [this](error_code ec) { on_handshake(ec); });
+  }
+
+  void on_handshake(error_code ec) {
+    if (ec == beast::error::timeout)
+      return fail("TLS handshake: not done within "
+                  + duration_text(limits_.request));
+    if (ec)
+      return fail("TLS handshake: " + describe(ec)
+                  + tls_hint(ec, tls_->native_handle(), where_));
+    do_write();
+  }
+
+  void do_write() {
+    with_stream([this](auto& stream) {
+      http::async_write(stream, req_, [this](error_code ec, std::size_t) {
+        on_write(ec);
+      });
     });
   }
 
@@ -130,9 +223,11 @@ private:
     if (ec == beast::error::timeout)
       return fail("no answer within " + duration_text(limits_.request));
     if (ec)
-      return fail("sending the request: " + ec.message());
-    http::async_read(stream_, buffer_, parser_,
-                     [this](error_code ec, std::size_t) { on_read(ec); });
+      return fail("sending the request: " + describe(ec));
+    with_stream([this](auto& stream) {
+      http::async_read(stream, buffer_, parser_,
+                       [this](error_code ec, std::size_t) { on_read(ec); });
+    });
   }
 
   void on_read(error_code ec) {
@@ -149,7 +244,7 @@ private:
       return fail("the node closed the connection without a complete "
                   "answer");
     if (ec)
-      return fail("reading the answer: " + ec.message());
+      return fail("reading the answer: " + describe(ec));
     auto& res = parser_.get();
     node_answer out;
     out.status = static_cast<int>(res.result_int());
@@ -167,10 +262,12 @@ private:
     close();
   }
 
+  // No TLS close_notify: the answer is complete (or given up on), and
+  // waiting for the node's reply to it would only cost time.
   void close() {
     error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    tcp_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    tcp_layer().close();
   }
 
   const node_address& where_;
@@ -179,7 +276,8 @@ private:
   asio::steady_timer resolve_timer_;
   bool resolve_timed_out_ = false;
   std::vector<tcp::endpoint> endpoints_;
-  beast::tcp_stream stream_;
+  beast::tcp_stream plain_;
+  std::unique_ptr<tls_stream> tls_;
   beast::flat_buffer buffer_;
   http::request<http::string_body> req_;
   http::response_parser<http::string_body> parser_;
@@ -199,7 +297,7 @@ std::string node_address::authority() const {
 }
 
 std::string node_address::url() const {
-  return "http://" + authority();
+  return (tls ? "https://" : "http://") + authority();
 }
 
 std::variant<node_address, std::string> parse_node_address(std::string_view text) {
@@ -211,19 +309,23 @@ std::variant<node_address, std::string> parse_node_address(std::string_view text
         return false;
     return true;
   };
-  if (lower_prefix("https://"))
-    return std::string{"https is not spoken: give the node's own listener "
-                       "(http://HOST:PORT), e.g. through an SSH tunnel"};
-  if (lower_prefix("http://"))
+  bool tls = false;
+  if (lower_prefix("https://")) {
+    tls = true;
+    text.remove_prefix(8);
+  } else if (lower_prefix("http://")) {
     text.remove_prefix(7);
-  else if (text.find("://") != std::string_view::npos)
-    return std::string{"expected http://HOST:PORT or HOST:PORT"};
+  } else if (text.find("://") != std::string_view::npos) {
+    return std::string{"expected http://HOST:PORT, https://HOST:PORT or "
+                       "HOST:PORT"};
+  }
   if (!text.empty() && text.back() == '/')
     text.remove_suffix(1);
   if (text.find_first_of("/?#@") != std::string_view::npos)
     return std::string{"expected http://HOST:PORT without a path, query or "
                        "user"};
   node_address out;
+  out.tls = tls;
   std::string_view port_text;
   if (!text.empty() && text.front() == '[') {
     auto close = text.find(']');
@@ -271,12 +373,25 @@ std::variant<node_address, std::string> parse_node_address(std::string_view text
   return out;
 }
 
+std::variant<std::shared_ptr<const gateway::upstream_tls>, std::string>
+make_client_tls(const std::string& ca_file) {
+  std::string error;
+  auto culprit = gateway::upstream_tls_files::part::ca_file;
+  gateway::upstream_tls_files files;
+  files.ca_file = ca_file;
+  if (auto ctx = gateway::upstream_tls::make(files, error, culprit))
+    return ctx;
+  return error;
+}
+
 node_client::node_client(node_address where, std::string token,
-                         transport_limits limits, std::string user_agent)
+                         transport_limits limits, std::string user_agent,
+                         std::shared_ptr<const gateway::upstream_tls> tls)
   : where_(std::move(where)),
     token_(std::move(token)),
     limits_(limits),
-    user_agent_(std::move(user_agent)) {
+    user_agent_(std::move(user_agent)),
+    tls_(std::move(tls)) {
   // nop
 }
 
@@ -297,8 +412,11 @@ node_client::send(const node_request& req) const {
     msg.body() = req.json_body;
   }
   msg.prepare_payload();
+  if (where_.tls && !tls_)
+    return transport_failure{"no TLS context for an https:// node"};
   asio::io_context ioc;
-  exchange ex{ioc, where_, limits_, std::move(msg)};
+  exchange ex{ioc, where_, limits_, where_.tls ? tls_.get() : nullptr,
+              std::move(msg)};
   ex.start();
   ioc.run();
   return ex.result();

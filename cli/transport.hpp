@@ -1,15 +1,24 @@
 #pragma once
 
 // The admin CLI's HTTP/1.1 client: where the node is, one request on a new
-// connection with bounded time and a bounded answer. The node is outside
-// input here: nothing it sends is trusted to be small, fast or well formed.
+// connection with bounded time and a bounded answer, over TLS for an
+// `https://` node. The node is outside input here: nothing it sends is
+// trusted to be small, fast or well formed, and over TLS nothing is sent
+// before its certificate was verified.
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <variant>
+
+// The TLS client context is the upstream client's (`http/upstream_tls.hpp`):
+// one TLS client policy for the node and its CLI.
+namespace oncegate::gateway {
+class upstream_tls;
+} // namespace oncegate::gateway
 
 namespace oncegate::cli {
 
@@ -18,20 +27,29 @@ struct node_address {
   /// A name or an address, IPv6 without brackets.
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
+  /// `https://`: TLS, the certificate verified for `host`.
+  bool tls = false;
 
   /// `HOST:PORT` as the `Host` header names it (`[::1]:8080`): the node
   /// judges "local" by it too (docs/http-api.md, "Access").
   std::string authority() const;
 
-  /// `http://HOST:PORT`, for messages.
+  /// `http://HOST:PORT` or `https://HOST:PORT`, for messages.
   std::string url() const;
 };
 
-/// Parses `http://HOST[:PORT][/]` or `HOST[:PORT]` (`[V6]` for an IPv6
-/// address; port 8080 when absent). Returns the reason for anything else,
-/// `https://` included (the node serves plain HTTP; a TLS proxy in front
-/// is not spoken to).
+/// Parses `http://HOST[:PORT][/]`, `https://HOST[:PORT][/]` or
+/// `HOST[:PORT]` (plain HTTP; `[V6]` for an IPv6 address). The port is 8080
+/// when absent, for `https://` too: the node's default, where its TLS
+/// listener serves as well. Returns the reason for anything else.
 std::variant<node_address, std::string> parse_node_address(std::string_view text);
+
+/// A client TLS context for `https://` nodes: TLS 1.2 at least, the node's
+/// certificate verified against the CA certificates in `ca_file` (PEM), or
+/// the system store when it is empty. Returns why it cannot be made (the
+/// file does not load) otherwise.
+std::variant<std::shared_ptr<const gateway::upstream_tls>, std::string>
+make_client_tls(const std::string& ca_file);
 
 /// Bounds of one request.
 struct transport_limits {
@@ -69,11 +87,16 @@ struct transport_failure {
 };
 
 /// Sends admin requests to one node, each on a connection of its own
-/// (`Connection: close`), with the bearer token when there is one.
+/// (`Connection: close`), with the bearer token when there is one. Over
+/// TLS the request (and so the token) is written only after the handshake
+/// verified the node's certificate for its host name or address.
 class node_client {
 public:
+  /// `tls` is the context for an `https://` node (`make_client_tls`), null
+  /// for plain HTTP.
   node_client(node_address where, std::string token, transport_limits limits,
-              std::string user_agent);
+              std::string user_agent,
+              std::shared_ptr<const gateway::upstream_tls> tls = nullptr);
 
   /// Sends `req` and waits for the answer, within `limits().request`.
   std::variant<node_answer, transport_failure>
@@ -97,6 +120,7 @@ private:
   std::string token_;
   transport_limits limits_;
   std::string user_agent_;
+  std::shared_ptr<const gateway::upstream_tls> tls_;
 };
 
 } // namespace oncegate::cli

@@ -129,9 +129,10 @@ leader_ini() {
 case $cmd in
   start)
     if [[ -z ${ONCEGATE_BIN:-} ]]; then
-      # Installs what is missing (apt-get), then builds (incremental).
+      # Installs what is missing (apt-get), then builds the node
+      # (incremental; not the test suites).
       scripts/setup.sh --node
-      scripts/build.sh >/dev/null
+      scripts/build.sh oncegate >/dev/null
     fi
     make_certs
     for ini in $(nodes); do start_one "$ini"; done

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # README command 1: install what building and running a node needs (not the
-# test tools: scripts/setup.sh --node), build, and start one node on the
-# embedded default (HTTP on 127.0.0.1:8080, data under ./data). Extra
-# arguments go to oncegate, e.g. --http-port=9090.
+# test tools: scripts/setup.sh --node), build the node (the oncegate
+# binary, which is also the admin CLI; not the test suites), and start one
+# node on the embedded default (HTTP on 127.0.0.1:8080, data under ./data).
+# Extra arguments go to oncegate, e.g. --http-port=9090.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=cluster-config/single-node.ini
 scripts/setup.sh --node
-scripts/build.sh
+scripts/build.sh oncegate
 
 # One descriptor per HTTP connection plus a reserve (SQLite, logs, upstream
 # pools): raise the descriptor limit to fit http.max-connections, from the

@@ -483,6 +483,8 @@ CAF_TEST(a local request names a loopback host) {
   for (auto host : {"", "rebound.example:8080", "rebound.example",
                     "localhost.rebound.example", "127.0.0.1.rebound.example",
                     "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:123456",
+                    "127.0.0.1:65536", "127.0.0.1:99999", "[::1]:99999",
+                    " ", ":8080", "[]", "[]:8080",
                     "[::1", "[::1]x", "[::2]:80", "::1", "10.0.0.1:8080",
                     "[::ffff:10.0.0.1]"}) {
     CAF_MESSAGE("other host: '" << host << "'");
@@ -493,6 +495,22 @@ CAF_TEST(a local request names a loopback host) {
   no_host.headers.clear();
   CAF_CHECK(!loopback_host(no_host));
   CAF_CHECK(!local_admin_request(no_token(), proxies(), no_host));
+}
+
+CAF_TEST(a request with more than one host field is not local) {
+  // RFC 9112 3.2: which of them names the host is anybody's guess (a
+  // server must refuse such a request), so neither makes it local; an
+  // empty one among them included.
+  for (auto second : {"", "rebound.example", "127.0.0.1:8080", "localhost"}) {
+    CAF_MESSAGE("second host: '" << second << "'");
+    auto req = request("GET", "/", "127.0.0.1",
+                       {{"host", "127.0.0.1:8080"}, {"host", second}});
+    CAF_CHECK(!loopback_host(req));
+    CAF_CHECK(!local_admin_request(no_token(), proxies(), req));
+    auto refused = refuse_admin(no_token(), proxies(), req);
+    CAF_REQUIRE(refused);
+    CAF_CHECK_EQUAL(refused->status, 403);
+  }
 }
 
 // -- cross-site ---------------------------------------------------------------------

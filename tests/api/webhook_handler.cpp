@@ -1,10 +1,13 @@
 #define CAF_SUITE api.webhook_handler
 #include "caf/test/unit_test.hpp"
 
+#include <cstdlib>
+#include <limits>
 #include <optional>
 
 #include <caf/settings.hpp>
 
+#include "common/histogram.hpp"
 #include "common/sha256.hpp"
 #include "api/webhook_handler.hpp"
 
@@ -341,6 +344,73 @@ CAF_TEST(a wrong or missing token is 401 whatever the key has decided) {
     CAF_CHECK_EQUAL(header(*dup, "Idempotent-Replayed"),
                     std::string{"true"});
   }
+}
+
+CAF_TEST(floats in metrics are printed in the shortest form that reads back) {
+  // As the Prometheus client libraries print them (Go's 'g' with the
+  // shortest digits): `le="5e-05"`, not `le="5.0000000000000002e-05"`;
+  // `0.0001`, not `1e-04`; `+Inf`, `-Inf`, `NaN` in their spelling.
+  auto& m = handler.metrics();
+  node_metrics node;
+  node.store.commit_seconds.observe(0.1);
+  node.store.commit_seconds.observe(0.2);
+  node.store.batch_size.observe(3);
+  auto text = m.render(node);
+  for (auto bound : {"5e-05", "0.0001", "0.00025", "0.0005", "0.001",
+                     "0.0025", "0.1",
+                     "0.25", "1", "2.5", "10"}) {
+    CAF_MESSAGE("bound " << bound);
+    CAF_CHECK(contains(text, std::string{"oncegate_request_duration_seconds_"
+                                         "bucket{le=\""}
+                               + bound + "\"}"));
+  }
+  // Shortest, yet exact: 0.1 + 0.2 is not 0.3.
+  CAF_CHECK(contains(text, "oncegate_store_commit_duration_seconds_sum "
+                           "0.30000000000000004\n"));
+  CAF_CHECK(contains(text, "oncegate_store_batch_size_sum 3\n"));
+  CAF_CHECK(contains(text, "oncegate_store_batch_size_bucket{le=\"1024\"} 1\n"));
+  // Every bound reads back as the bound it stands for.
+  auto bounds = histogram::latency_bounds();
+  size_t at = 0;
+  size_t seen = 0;
+  std::string_view le = "oncegate_request_duration_seconds_bucket{le=\"";
+  while ((at = text.find(le, at)) != std::string::npos && seen < bounds.size()) {
+    at += le.size();
+    auto end = text.find('"', at);
+    auto printed = text.substr(at, end - at);
+    CAF_MESSAGE("le=" << printed);
+    CAF_CHECK_LESS_OR_EQUAL(printed.size(), 7u);
+    CAF_CHECK_EQUAL(std::strtod(printed.c_str(), nullptr), bounds[seen]);
+    ++seen;
+  }
+  CAF_CHECK_EQUAL(seen, bounds.size());
+  node.store.commit_seconds.sum = std::numeric_limits<double>::infinity();
+  node.store.batch_size.sum = std::numeric_limits<double>::quiet_NaN();
+  text = m.render(node);
+  CAF_CHECK(contains(text, "oncegate_store_commit_duration_seconds_sum +Inf\n"));
+  CAF_CHECK(contains(text, "oncegate_store_batch_size_sum NaN\n"));
+  node.store.commit_seconds.sum = -std::numeric_limits<double>::infinity();
+  CAF_CHECK(contains(m.render(node),
+                     "oncegate_store_commit_duration_seconds_sum -Inf\n"));
+  // Exponent form from 1e+06 up, as Go's strconv.FormatFloat(x, 'g', -1).
+  auto sum_text = [&](double sum) {
+    node.store.commit_seconds.sum = sum;
+    auto text = m.render(node);
+    std::string_view name = "oncegate_store_commit_duration_seconds_sum ";
+    auto at = text.find(name) + name.size();
+    return text.substr(at, text.find('\n', at) - at);
+  };
+  CAF_CHECK_EQUAL(sum_text(100000), "100000");
+  CAF_CHECK_EQUAL(sum_text(999999.5), "999999.5");
+  CAF_CHECK_EQUAL(sum_text(1e6), "1e+06");
+  CAF_CHECK_EQUAL(sum_text(1234567), "1.234567e+06");
+  CAF_CHECK_EQUAL(sum_text(1e21), "1e+21");
+  CAF_CHECK_EQUAL(sum_text(0.00012), "0.00012");
+  CAF_CHECK_EQUAL(sum_text(1.5e-300), "1.5e-300");
+  CAF_CHECK_EQUAL(sum_text(0), "0");
+  CAF_CHECK_EQUAL(sum_text(-0.25), "-0.25");
+  CAF_CHECK_EQUAL(sum_text(std::numeric_limits<double>::max()),
+                  "1.7976931348623157e+308");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -12,7 +12,12 @@ What must hold:
   found, 4 conflict (409), 5 unreachable / timed out / malformed or
   oversized answer, 6 token refused or missing;
 - the token (from --token, --token-file or ONCEGATE_TOKEN) never appears in
-  any output, and a --token value is overwritten in the process's argv.
+  any output, and a --token value is overwritten in the process's argv;
+- over `https://` the node's certificate is verified (the CA from --ca-file
+  or ONCEGATE_CA_FILE, else the system store; the name or address in the
+  URL): a node with the TLS listener is administered, while a certificate
+  of another CA or for another name ends the handshake before the request,
+  so the token never reaches such a peer.
 
 One node and one cluster serve every case of their class (started once);
 each case uses keys of its own. Every CLI run has a timeout; every wait is
@@ -23,6 +28,7 @@ import json
 import os
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -31,6 +37,7 @@ import unittest
 
 from harness import BIN, Node, TempDir, free_port, wait_for
 from test_cluster import Cluster
+from test_tls_listener import SERVER_EXT, make_ca, make_server, sign
 from oncegate_drill.config import cluster_section
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
@@ -198,7 +205,7 @@ upstream-connect-timeout=300ms
             run = self.assert_exit(cli(*(args + [dead])), USAGE)
             self.assertEqual(run.out, "", run)
             self.assertIn("oncegate", run.err, run)
-        for node in ("https://127.0.0.1:8080", "ftp://x", "127.0.0.1:0",
+        for node in ("https://", "ftp://x", "127.0.0.1:0",
                      "127.0.0.1:99999", "::1", "http://h/path", "u@h:1", ""):
             run = cli("cluster", "status", "--node=" + node)
             self.assertEqual(run.code, USAGE, run)
@@ -215,9 +222,19 @@ upstream-connect-timeout=300ms
         self.assertNotIn("s3cretpw", run.err + run.out)
         self.assertIn("***@127.0.0.1:1", run.err)
         # A bad ONCEGATE_NODE is a usage error too, naming its source.
-        run = cli("cluster", "status", env={"ONCEGATE_NODE": "https://h"})
+        run = cli("cluster", "status", env={"ONCEGATE_NODE": "ftp://h"})
         self.assert_exit(run, USAGE)
         self.assertIn("ONCEGATE_NODE", run.err)
+        # --ca-file is for https:// nodes; one that does not load is a
+        # usage error too.
+        run = self.assert_exit(cli("cluster", "status", dead,
+                                   "--ca-file=" + self.token_file), USAGE)
+        self.assertIn("https://", run.err)
+        https_dead = "--node=https://127.0.0.1:%d" % free_port()
+        for ca in ("/nonexistent/ca.pem", self.token_file):
+            run = self.assert_exit(cli("cluster", "status", https_dead,
+                                       "--ca-file=" + ca), USAGE)
+            self.assertIn(ca, run.err)
 
     def test_get_prints_a_record_as_a_table_or_the_nodes_json(self):
         k = self.key("get")
@@ -513,6 +530,163 @@ upstream-connect-timeout=300ms
                      ["remove", "2"]):
             run = self.assert_exit(self.run_cli("cluster", *args), CONFLICT)
             self.assertIn("409 not-a-cluster", run.err)
+
+
+class TlsNodeTest(CliCase):
+    """A node with the TLS listener (docs/tls.md), its certificate for
+    localhost and 127.0.0.1 from a test CA; and a fake node, a TLS listener
+    that records every byte it receives, with a certificate the CLI must
+    refuse."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = TempDir()
+        d = cls.tmp.path
+        cls.ca = make_ca(d)
+        cert, key, _ = make_server(d, "node", 2)
+        # The same CA's certificate for another name, as a host that DNS or
+        # a typo led to would present.
+        sign(d, "elsewhere", "ca", "/CN=elsewhere.example",
+             ["subjectAltName=DNS:elsewhere.example",
+              "extendedKeyUsage=serverAuth", "basicConstraints=CA:FALSE"], 2)
+        cls.elsewhere = (os.path.join(d, "elsewhere.pem"),
+                         os.path.join(d, "elsewhere.key"))
+        # Another CA, and a certificate from it for the right names.
+        other = os.path.join(d, "other")
+        os.makedirs(other)
+        cls.other_ca = make_ca(other)
+        cls.stranger = make_server(other, "stranger", 2)[:2]
+        ini = os.path.join(d, "node.ini")
+        with open(ini, "w") as f:
+            f.write('[admin]\ntoken-env="%s"\n' % TOKEN_ENV)
+        cls.node = Node(os.path.join(d, "data"), "--config-file=" + ini,
+                        "--http.tls-certificate=" + cert,
+                        "--http.tls-key=" + key, env={TOKEN_ENV: TOKEN})
+        try:
+            cls.node.start()
+        except BaseException:
+            cls.tmp.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.node.kill()
+        finally:
+            cls.tmp.cleanup()
+
+    def https(self, host, port=None):
+        return "https://%s:%d" % (host, port or self.node.port)
+
+    def fake_node(self, cert, key):
+        """A TLS listener on 127.0.0.1 presenting `cert`; returns its port
+        and the list of what each connection sent after a handshake (b""
+        when the handshake failed), appended when the connection ends."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        self.addCleanup(srv.close)
+        received = []
+
+        def loop():
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                data = b""
+                try:
+                    c.settimeout(10)
+                    with ctx.wrap_socket(c, server_side=True) as t:
+                        while True:
+                            chunk = t.recv(65536)
+                            if not chunk:
+                                break
+                            data += chunk
+                except (OSError, ssl.SSLError):
+                    pass
+                finally:
+                    c.close()
+                received.append(data)
+
+        threading.Thread(target=loop, daemon=True).start()
+        return srv.getsockname()[1], received
+
+    def test_a_node_with_the_tls_listener_is_administered_over_https(self):
+        env = {"ONCEGATE_TOKEN": TOKEN}
+        # By address and by name, the CA from --ca-file or ONCEGATE_CA_FILE.
+        for node, extra in ((self.https("127.0.0.1"), {}),
+                            (self.https("localhost"), {}),
+                            (self.https("localhost"),
+                             {"ONCEGATE_CA_FILE": self.ca})):
+            args = ["cluster", "status", "--node=" + node]
+            if not extra:
+                args.append("--ca-file=" + self.ca)
+            run = self.assert_exit(cli(*args, env=dict(env, **extra)), OK)
+            self.assertIn("single", run.out)
+        k = "tls-" + secrets.token_hex(4)
+        status, _, body = http_over_tls(self.node.port, self.ca, "POST",
+                                        "/v1/webhook", {"n": 1},
+                                        {"Idempotency-Key": k})
+        self.assertEqual(status, 200, body)
+        run = self.assert_exit(cli("keys", "get", "default", k, "--json",
+                                   "--node=" + self.https("localhost"),
+                                   "--ca-file=" + self.ca, env=env), OK)
+        self.assertEqual(run.json()["state"], "completed")
+        # The token still counts: none is 401.
+        self.assert_exit(cli("keys", "get", "default", k,
+                             "--node=" + self.https("127.0.0.1"),
+                             "--ca-file=" + self.ca), AUTH)
+        # http:// to the TLS listener: its plain 400, not a hang.
+        run = self.assert_exit(cli("cluster", "status",
+                                   "--node=http://127.0.0.1:%d"
+                                   % self.node.port, env=env), REFUSED)
+        self.assertIn("400", run.err)
+
+    def test_a_certificate_the_cli_cannot_verify_is_refused(self):
+        env = {"ONCEGATE_TOKEN": TOKEN}
+        # The real node, verified against another CA or the system store.
+        for extra in (["--ca-file=" + self.other_ca], []):
+            run = self.assert_exit(cli("cluster", "status",
+                                       "--node=" + self.https("localhost"),
+                                       *extra, env=env), UNAVAILABLE)
+            self.assertIn("certificate verify failed", run.err)
+            self.assertIn("--ca-file", run.err)
+        # Fake nodes: a certificate of another CA, and one of the trusted
+        # CA for another name. The handshake fails, nothing is sent.
+        for (cert, key), host, why in (
+                (self.stranger, "localhost", "certificate verify failed"),
+                (self.elsewhere, "localhost", "hostname mismatch"),
+                (self.elsewhere, "127.0.0.1", "IP address mismatch")):
+            port, received = self.fake_node(cert, key)
+            run = cli("keys", "list", "default", "--timeout=5s",
+                      "--node=" + self.https(host, port),
+                      "--ca-file=" + self.ca, env=env)
+            self.assertTrue(wait_for(lambda: len(received) >= 1, 10), run)
+            self.assertNotIn(TOKEN.encode(), b"".join(received))
+            self.assertEqual(received, [b""] * len(received), run)
+            self.assert_exit(run, UNAVAILABLE)
+            self.assertIn(why, run.err)
+            self.assertIn("cannot reach https://%s:%d" % (host, port),
+                          run.err)
+
+
+def http_over_tls(port, ca, method, path, body, headers):
+    """One request to the node's TLS listener, verified against `ca`."""
+    import http.client
+    ctx = ssl.create_default_context(cafile=ca)
+    conn = http.client.HTTPSConnection("localhost", port, context=ctx,
+                                       timeout=10)
+    try:
+        data = json.dumps(body)
+        conn.request(method, path, body=data, headers=dict(
+            headers, **{"Content-Type": "application/json"}))
+        res = conn.getresponse()
+        return res.status, res.getheaders(), res.read()
+    finally:
+        conn.close()
 
 
 class CliCluster(Cluster):

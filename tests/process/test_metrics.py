@@ -72,6 +72,15 @@ class MetricsTest(unittest.TestCase):
         self.assertGreaterEqual(
             self.value(text, "oncegate_store_batch_size_count"), 2)
         self.assertEqual(self.value(text, "oncegate_metrics_complete"), 1)
+        # Bounds in the shortest form that reads back, as the Prometheus
+        # client libraries print them (not 5.0000000000000002e-05).
+        buckets = re.findall(
+            r'^oncegate_request_duration_seconds_bucket\{le="([^"]+)"\}',
+            text, re.M)
+        self.assertEqual(buckets[:4], ["5e-05", "0.0001", "0.00025", "0.0005"])
+        self.assertEqual(buckets[-4:], ["2.5", "5", "10", "+Inf"])
+        for le in re.findall(r'le="([^"]+)"', text):
+            self.assertLessEqual(len(le), 7, le)
 
     def test_readyz_reports_a_ready_store(self):
         status, _, body = self.node.request("GET", "/readyz")
