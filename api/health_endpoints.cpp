@@ -27,20 +27,20 @@ void serve_readyz(node_service& node, const clock_offset_monitor* clock_offset,
                   const http_request& req, responder& done) {
   if (!get_or_head(req))
     return done(method_not_allowed("GET, HEAD"));
-  if (clock_offset != nullptr)
-    if (auto off = clock_offset->read(); off.exceeded) {
-      // The reason is a fixed token for probes; the numbers are for people.
-      std::string body = R"({"status":"unavailable","reason":"clock-offset",)"
-                         R"("offset_ms":)"
-                         + std::to_string(off.offset_ms)
-                         + R"(,"max_offset_ms":)"
-                         + std::to_string(clock_offset->options().max_offset_ms)
-                         + "}";
-      auto res = json_response(503, std::move(body));
-      res.set("Retry-After", "1");
-      return done(std::move(res));
-    }
-  node.ready([done = std::move(done)](bool ok, std::string why) {
+  node.ready([clock_offset, done = std::move(done)](bool ok, std::string why) {
+    // The node's own reason first: a follower still catching up applies
+    // old entries late, which can read as an offset until it is live.
+    if (ok && clock_offset != nullptr)
+      if (auto off = clock_offset->read(); off.exceeded) {
+        // The reason is a fixed token for probes; the numbers for people.
+        std::string body
+          = R"({"status":"unavailable","reason":"clock-offset","offset_ms":)"
+            + std::to_string(off.offset_ms) + R"(,"max_offset_ms":)"
+            + std::to_string(clock_offset->options().max_offset_ms) + "}";
+        auto res = json_response(503, std::move(body));
+        res.set("Retry-After", "1");
+        return done(std::move(res));
+      }
     if (ok)
       return done(json_response(200, R"({"status":"ready"})"));
     std::string body = R"({"status":"unavailable","reason":)";

@@ -15,8 +15,8 @@ namespace oncegate::gateway {
 void serve_healthz(const http_request& req, responder& done);
 
 /// `/readyz`: 200 when the node says it is ready, else 503 with its reason;
-/// 503 `clock-offset` first when `clock_offset` (null on a single node)
-/// says this node's clock is beyond its limit.
+/// a ready node whose clock `clock_offset` (null on a single node) finds
+/// beyond its limit: 503 `clock-offset`.
 void serve_readyz(node_service& node, const clock_offset_monitor* clock_offset,
                   const http_request& req, responder& done);
 
