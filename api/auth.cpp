@@ -339,6 +339,35 @@ std::vector<std::string> parse_signature_header(std::string_view value) {
   return result;
 }
 
+namespace {
+
+// Whether any `v1` signature of `hdrs` (id, timestamp and signature
+// present) is the HMAC of id.timestamp.body under any of `keys`.
+bool signed_by(const standard_webhook_headers& hdrs, std::string_view body,
+               const std::vector<std::string>& keys) {
+  auto signatures = parse_signature_header(*hdrs.signature);
+  if (signatures.empty())
+    return false;
+  std::string content;
+  content.reserve(hdrs.id->size() + hdrs.timestamp->size() + body.size() + 2);
+  content.append(*hdrs.id).append(".").append(*hdrs.timestamp).append(".");
+  content.append(body);
+  bool ok = false;
+  // No early exit: the time taken should not tell which key or signature
+  // matched.
+  for (const auto& key : keys) {
+    // As for GitHub: the empty key is public knowledge.
+    if (key.empty())
+      continue;
+    auto expected = hmac_sha256(key, content);
+    for (const auto& sig : signatures)
+      ok |= constant_time_equal(expected, sig);
+  }
+  return ok;
+}
+
+} // namespace
+
 std::optional<rejection>
 verify_standard_webhook(const standard_webhook_headers& hdrs,
                         std::string_view body,
@@ -355,31 +384,22 @@ verify_standard_webhook(const standard_webhook_headers& hdrs,
     case timestamp_check::malformed:
       return unauthorized("invalid timestamp");
     case timestamp_check::stale:
-      return unauthorized("stale timestamp");
+      return unauthorized(std::string{stale_timestamp_detail});
     case timestamp_check::valid:
       break;
   }
-  auto signatures = parse_signature_header(*hdrs.signature);
-  if (signatures.empty())
-    return unauthorized("no valid signature");
-  std::string content;
-  content.reserve(hdrs.id->size() + hdrs.timestamp->size() + body.size() + 2);
-  content.append(*hdrs.id).append(".").append(*hdrs.timestamp).append(".");
-  content.append(body);
-  bool ok = false;
-  // No early exit: the time taken should not tell which key or signature
-  // matched.
-  for (const auto& key : keys) {
-    // As for GitHub: the empty key is public knowledge.
-    if (key.empty())
-      continue;
-    auto expected = hmac_sha256(key, content);
-    for (const auto& sig : signatures)
-      ok |= constant_time_equal(expected, sig);
-  }
-  if (!ok)
+  if (!signed_by(hdrs, body, keys))
     return unauthorized("no valid signature");
   return std::nullopt;
+}
+
+bool standard_webhook_signed(const standard_webhook_headers& hdrs,
+                             std::string_view body,
+                             const std::vector<std::string>& keys) {
+  if (!hdrs.id || hdrs.id->empty() || !hdrs.timestamp || !hdrs.signature
+      || parse_digits(*hdrs.timestamp, max_timestamp_digits) == std::nullopt)
+    return false;
+  return signed_by(hdrs, body, keys);
 }
 
 // -- allowlists ---------------------------------------------------------------

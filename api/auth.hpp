@@ -68,6 +68,10 @@ struct standard_webhook_headers {
   std::optional<std::string_view> signature;
 };
 
+/// The detail of the rejection `verify_standard_webhook` gives when
+/// everything but the timestamp's age may be right.
+inline constexpr std::string_view stale_timestamp_detail = "stale timestamp";
+
 /// Verifies a Standard Webhooks request: all three headers present,
 /// `timestamp` decimal epoch seconds within `tolerance_s` of `now_s` (either
 /// direction), and at least one `v1` signature equal to
@@ -80,6 +84,14 @@ verify_standard_webhook(const standard_webhook_headers& hdrs,
                         std::string_view body,
                         const std::vector<std::string>& keys, int64_t now_s,
                         int64_t tolerance_s = 300);
+
+/// Whether a Standard Webhooks request is signed by any of `keys`, its
+/// timestamp's age aside (the timestamp must still be well-formed decimal
+/// epoch seconds): what a request `verify_standard_webhook` refused as
+/// stale is checked with, when this node's own clock may be what is wrong.
+bool standard_webhook_signed(const standard_webhook_headers& hdrs,
+                             std::string_view body,
+                             const std::vector<std::string>& keys);
 
 /// An IPv4 or IPv6 network, e.g. `10.0.0.0/8`, `::1/128`, or a single
 /// address (full-length prefix).

@@ -1,5 +1,6 @@
 #include "api/health_endpoints.hpp"
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -22,11 +23,24 @@ void serve_healthz(const http_request& req, responder& done) {
   done(json_response(200, R"({"status":"ok"})"));
 }
 
-void serve_readyz(node_service& node, const http_request& req,
-                  responder& done) {
+void serve_readyz(node_service& node, const clock_offset_monitor* clock_offset,
+                  const http_request& req, responder& done) {
   if (!get_or_head(req))
     return done(method_not_allowed("GET, HEAD"));
-  node.ready([done = std::move(done)](bool ok, std::string why) {
+  node.ready([clock_offset, done = std::move(done)](bool ok, std::string why) {
+    // The node's own reason first: a follower still catching up applies
+    // old entries late, which can read as an offset until it is live.
+    if (ok && clock_offset != nullptr)
+      if (auto off = clock_offset->read(); off.exceeded) {
+        // The reason is a fixed token for probes; the numbers for people.
+        std::string body
+          = R"({"status":"unavailable","reason":"clock-offset","offset_ms":)"
+            + std::to_string(off.offset_ms) + R"(,"max_offset_ms":)"
+            + std::to_string(clock_offset->options().max_offset_ms) + "}";
+        auto res = json_response(503, std::move(body));
+        res.set("Retry-After", "1");
+        return done(std::move(res));
+      }
     if (ok)
       return done(json_response(200, R"({"status":"ready"})"));
     std::string body = R"({"status":"unavailable","reason":)";
@@ -39,14 +53,20 @@ void serve_readyz(node_service& node, const http_request& req,
 }
 
 void serve_metrics(node_service& node, const gateway_metrics& metrics,
+                   const clock_offset_monitor* clock_offset,
                    const http_request& req, responder& done) {
   if (!get_or_head(req))
     return done(method_not_allowed("GET, HEAD"));
-  node.metrics([&metrics, done = std::move(done)](node_metrics m) {
+  std::optional<clock_offset_reading> off;
+  if (clock_offset != nullptr)
+    off = clock_offset->read();
+  node.metrics([&metrics, off, done = std::move(done)](node_metrics m) {
     http_response res;
     res.set("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     res.set("Cache-Control", "no-store");
     res.body = metrics.render(m);
+    if (off)
+      render_clock_offset(res.body, *off);
     done(std::move(res));
   });
 }

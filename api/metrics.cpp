@@ -311,4 +311,35 @@ std::string gateway_metrics::render(const node_metrics& node) const {
   return out;
 }
 
+void render_clock_offset(std::string& out, const clock_offset_reading& off) {
+  header(out, "oncegate_clock_offset_exceeded", "gauge",
+         "1 while this node's clock is off the cluster's by more than "
+         "cluster.max-clock-offset (not ready; see /readyz).");
+  sample(out, "oncegate_clock_offset_exceeded", off.exceeded ? 1 : 0);
+  if (!off.measured)
+    return;
+  header(out, "oncegate_clock_offset_seconds", "gauge",
+         "This node's wall clock minus the cluster's (the leader's), as "
+         "measured on the log: an upper bound, by the least delay of an "
+         "entry. Absent on the leader and until measured.");
+  // Milliseconds written as exact decimal seconds, from integers.
+  auto ms = off.offset_ms;
+  uint64_t mag = ms < 0 ? 0 - static_cast<uint64_t>(ms)
+                        : static_cast<uint64_t>(ms);
+  std::string text = ms < 0 ? "-" : "";
+  text += std::to_string(mag / 1000);
+  if (auto frac = mag % 1000; frac != 0) {
+    char digits[8];
+    std::snprintf(digits, sizeof(digits), ".%03u",
+                  static_cast<unsigned>(frac));
+    std::string f = digits;
+    while (f.back() == '0')
+      f.pop_back();
+    text += f;
+  }
+  out += "oncegate_clock_offset_seconds ";
+  out += text;
+  out += '\n';
+}
+
 } // namespace oncegate::gateway

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock_offset.hpp"
 #include "service/node_service.hpp"
 
 namespace oncegate::gateway {
@@ -65,5 +66,10 @@ private:
   /// Sum in nanoseconds (an integer, so it can be atomic).
   std::atomic<uint64_t> latency_sum_ns_{0};
 };
+
+/// Appends the clock-offset gauges of a cluster node (Prometheus text):
+/// `oncegate_clock_offset_exceeded` always, `oncegate_clock_offset_seconds`
+/// when measured (a follower).
+void render_clock_offset(std::string& out, const clock_offset_reading& off);
 
 } // namespace oncegate::gateway

@@ -58,7 +58,7 @@ webhook_handler::webhook_handler(webhook_options opts, node_service& node,
   }
   pipeline_ = std::make_unique<webhook_pipeline>(
     opts_.routes, opts_.payload, node_, cache_, metrics_, forwarder_.get(),
-    std::move(now), std::move(signature_now));
+    std::move(now), std::move(signature_now), opts_.clock_offset.get());
 }
 
 webhook_handler::~webhook_handler() {
@@ -118,9 +118,10 @@ void webhook_handler::handle(http_request req, responder done) {
   if (path == "/healthz")
     return serve_healthz(req, done);
   if (path == "/readyz")
-    return serve_readyz(node_, req, done);
+    return serve_readyz(node_, opts_.clock_offset.get(), req, done);
   if (path == "/metrics")
-    return serve_metrics(node_, metrics_, req, done);
+    return serve_metrics(node_, metrics_, opts_.clock_offset.get(), req,
+                         done);
   bool keys = starts_with(path, "/v1/keys/") || path == "/v1/keys";
   bool cluster = path == "/v1/cluster" || starts_with(path, "/v1/cluster/");
   if (keys || cluster) {

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "common/clock.hpp"
+#include "common/clock_offset.hpp"
 #include "api/admin_auth.hpp"
 #include "api/admin_keys.hpp"
 #include "api/client_address.hpp"
@@ -46,6 +47,10 @@ struct webhook_options {
   std::size_t decision_cache = 100'000;
   /// Bytes the decision cache holds at most (0: no byte bound).
   std::size_t decision_cache_bytes = decision_cache::default_max_bytes;
+  /// A cluster node's clock measured against the cluster's (null on a
+  /// single node): beyond its limit `/readyz` is 503 `clock-offset`, and a
+  /// signed delivery refused only for its timestamp's age is 503, not 401.
+  std::shared_ptr<const clock_offset_monitor> clock_offset;
 };
 
 /// Maps HTTP requests to node operations and answers to HTTP responses:

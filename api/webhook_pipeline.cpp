@@ -45,11 +45,23 @@ refusal unauthorized(std::string detail) {
           outcome::rejected_auth};
 }
 
+// A signed delivery whose signature is right but whose timestamp this
+// node judges stale while its own clock is off the cluster's: the fault is
+// ours, and a 401 would tell the sender it is theirs.
+refusal clock_offset_refusal(const clock_offset_reading& off) {
+  return {{503, "clock-offset", "Clock offset",
+           "this node's clock is " + std::to_string(off.offset_ms)
+             + " ms off the cluster's, beyond cluster.max-clock-offset: "
+               "the timestamp cannot be judged here"},
+          outcome::unavailable};
+}
+
 // Signatures are checked on the raw body, before parsing it. On success
 // `delivery_id` is the delivery id the route's auth names, if any.
 std::optional<refusal>
 check_signature(const route_config& route, const http_request& req,
                 const wall_clock_fn& signature_now,
+                const clock_offset_monitor* clock_offset,
                 std::optional<std::string_view>& delivery_id) {
   switch (route.auth) {
     case auth_mode::github: {
@@ -66,8 +78,16 @@ check_signature(const route_config& route, const http_request& req,
                                     req.header("webhook-signature")};
       if (auto why = verify_standard_webhook(hdrs, req.body, route.secrets,
                                              signature_now() / 1000,
-                                             route.tolerance_s))
+                                             route.tolerance_s)) {
+        // Only the timestamp's age, and only while the clock is known to be
+        // off: every other refusal stays 401.
+        if (clock_offset != nullptr && why->detail == stale_timestamp_detail)
+          if (auto off = clock_offset->read();
+              off.exceeded
+              && standard_webhook_signed(hdrs, req.body, route.secrets))
+            return clock_offset_refusal(off);
         return refusal{*why, outcome::rejected_auth};
+      }
       delivery_id = hdrs.id;
       break;
     }
@@ -107,7 +127,8 @@ webhook_pipeline::webhook_pipeline(const route_table& routes,
                                    node_service& node, decision_cache& cache,
                                    gateway_metrics& metrics, forwarder* fwd,
                                    wall_clock_fn now,
-                                   wall_clock_fn signature_now)
+                                   wall_clock_fn signature_now,
+                                   const clock_offset_monitor* clock_offset)
   : routes_(routes),
     limits_(limits),
     node_(node),
@@ -115,7 +136,8 @@ webhook_pipeline::webhook_pipeline(const route_table& routes,
     metrics_(metrics),
     forwarder_(fwd),
     now_(std::move(now)),
-    signature_now_(std::move(signature_now)) {
+    signature_now_(std::move(signature_now)),
+    clock_offset_(clock_offset) {
   // nop
 }
 
@@ -144,6 +166,10 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
     auto res = make_problem(no.why, key);
     if (no.why.status == 413)
       res.close = true;
+    // Only `clock-offset` refuses with 503 here: by the time the sender
+    // retries, a load balancer reading /readyz has moved it elsewhere.
+    if (no.why.status == 503)
+      res.set("Retry-After", "5");
     done(std::move(res));
   };
   if (!route.allow.empty()
@@ -165,7 +191,8 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
                    outcome::bad_request});
   auto now = now_();
   std::optional<std::string_view> delivery_id;
-  if (auto no = check_signature(route, req, signature_now_, delivery_id))
+  if (auto no = check_signature(route, req, signature_now_, clock_offset_,
+                                    delivery_id))
     return reject(*no);
   auto parsed = parse_payload(req.body, limits_);
   if (auto why = std::get_if<rejection>(&parsed))

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/clock.hpp"
+#include "common/clock_offset.hpp"
 #include "api/decision_cache.hpp"
 #include "api/forwarder.hpp"
 #include "api/metrics.hpp"
@@ -24,12 +25,14 @@ namespace oncegate::gateway {
 class webhook_pipeline {
 public:
   /// `fwd` may be null when no route has an upstream. `now` stamps and ages
-  /// decisions; `signature_now` judges signed timestamps. Every reference
-  /// must outlive the pipeline.
+  /// decisions; `signature_now` judges signed timestamps, unless
+  /// `clock_offset` (null on a single node) says that clock is too far off
+  /// the cluster's. Every reference must outlive the pipeline.
   webhook_pipeline(const route_table& routes, const payload_limits& limits,
                    node_service& node, decision_cache& cache,
                    gateway_metrics& metrics, forwarder* fwd,
-                   wall_clock_fn now, wall_clock_fn signature_now);
+                   wall_clock_fn now, wall_clock_fn signature_now,
+                   const clock_offset_monitor* clock_offset = nullptr);
 
   /// Answers one request to `route` (a member of the route table).
   void handle(const route_config& route, http_request& req, responder done);
@@ -50,6 +53,7 @@ private:
   forwarder* forwarder_;
   wall_clock_fn now_;
   wall_clock_fn signature_now_;
+  const clock_offset_monitor* clock_offset_;
 };
 
 } // namespace oncegate::gateway

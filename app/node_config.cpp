@@ -153,6 +153,10 @@ node_config::node_config() {
          "bound on each request to another node")
     .add(leader_wait, "leader-wait",
          "how long a request looks for a ready leader before 503")
+    .add(max_clock_offset, "max-clock-offset",
+         "beyond this offset of its clock from the leader's, a node is not "
+         "ready and answers deliveries signed with a timestamp it judges "
+         "stale 503 instead of 401")
     .add(max_outstanding, "max-outstanding",
          "raft entries proposed and not yet applied at most")
     .add(max_entry_bytes, "max-entry-bytes",
@@ -228,6 +232,7 @@ const std::vector<help_group>& node_config::help_groups() {
       {"cluster.member-sources-only", "refuse non-members on the CAF port"},
       {"cluster.election-timeout", "raft election timeout"},
       {"cluster.leader-wait", "look for a ready leader (503 beyond)"},
+      {"cluster.max-clock-offset", "not ready beyond this clock offset"},
       {"cluster.remote-timeout", "bound on requests to other nodes"}},
      {"cluster.heartbeat-timeout", "cluster.repair-after", "cluster.snapshot-threshold",
       "cluster.snapshot-trailing", "cluster.max-peer-message",
@@ -448,6 +453,11 @@ std::string node_config::validate() const {
         || (!r.zero_ok && r.value == caf::timespan::zero()))
       return std::string{r.name}
              + (r.zero_ok ? " must not be negative" : " must be positive");
+  // Below a millisecond nothing can be measured; a day is far beyond any
+  // signature tolerance (a drill that steps clocks by hours raises it).
+  if (max_clock_offset < std::chrono::milliseconds(1)
+      || max_clock_offset > std::chrono::hours(24))
+    return "cluster.max-clock-offset must be within 1ms..24h";
   if (ttl <= caf::timespan::zero())
     return "keys.ttl must be positive";
   if (std::chrono::duration_cast<std::chrono::milliseconds>(ttl).count()
@@ -770,6 +780,18 @@ routed_service_options node_config::service_opts() const {
   res.leader_wait = leader_wait;
   res.max_background = max_background;
   res.max_background_bytes = max_background_bytes;
+  return res;
+}
+
+clock_offset_options node_config::clock_offset_opts() const {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  clock_offset_options res;
+  res.max_offset_ms = duration_cast<milliseconds>(max_clock_offset).count();
+  // An idle leader stamps an entry at least every alarm.max-interval (its
+  // purge): keep three of them.
+  res.window_ms = std::max<int64_t>(
+    res.window_ms, 3 * duration_cast<milliseconds>(alarm_max_interval).count());
   return res;
 }
 

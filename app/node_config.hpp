@@ -8,6 +8,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "actors/node.hpp"
+#include "common/clock_offset.hpp"
 #include "common/logging.hpp"
 #include "routing/routed_service.hpp"
 #include "http/http_server.hpp"
@@ -94,6 +95,10 @@ public:
   std::optional<std::shared_ptr<const server_tls>>
   listener_tls(std::string& error) const;
   routed_service_options service_opts() const;
+
+  /// How the node measures its clock against the cluster's
+  /// (`cluster.max-clock-offset`; the window outlasts a few idle purges).
+  clock_offset_options clock_offset_opts() const;
 
   /// True when `cluster.id` is set: the node runs Raft with `cluster.peers`.
   bool clustered() const {
@@ -230,6 +235,10 @@ public:
   bool cluster_insecure = false;
   bool member_sources_only = cluster::cluster_options{}.member_sources_only;
   size_t max_peer_message = cluster::cluster_options{}.max_peer_message;
+  /// Beyond this offset from the cluster's clock a node is not ready and
+  /// answers signed deliveries it refuses only for their age with 503.
+  caf::timespan max_clock_offset = std::chrono::milliseconds(
+    clock_offset_options{}.max_offset_ms);
 
   /// Whether the nodes talk over TLS (a cluster that is not insecure).
   bool cluster_tls() const {

@@ -2,6 +2,7 @@
 
 #include "app/cache_coherence.hpp"
 
+#include <atomic>
 #include <csignal>
 #include <malloc.h>
 #include <sys/stat.h>
@@ -22,9 +23,11 @@
 
 #include "actors/node.hpp"
 #include "routing/cluster_node.hpp"
+#include "common/clock_offset.hpp"
 #include "common/errc.hpp"
 #include "common/logging.hpp"
 #include "routing/routed_service.hpp"
+#include "persistence/command.hpp"
 #include "service/local_service.hpp"
 #include "http/http_server.hpp"
 #include "app/node_config.hpp"
@@ -462,11 +465,37 @@ int run_node(int argc, char** argv, const run_options& ro) {
   std::optional<node> single;
   std::unique_ptr<cluster::cluster_node> clustered;
   std::unique_ptr<node_service> service;
+  // A cluster node's clock against the leader's (see clock_offset_monitor),
+  // from the stamps of the entries it applies as a follower.
+  std::shared_ptr<clock_offset_monitor> offsets;
+  auto raft_ref
+    = std::make_shared<std::atomic<const cluster::raft_node*>>(nullptr);
   if (copts) {
+    offsets = std::make_shared<clock_offset_monitor>(cfg.clock_offset_opts());
+    web->clock_offset = offsets;
     cluster::cluster_hooks hooks;
-    hooks.on_applied = [caches](const std::vector<persistence::command>& cmds,
-                                const std::vector<persistence::command_result>&) {
+    hooks.on_applied = [caches, offsets, raft_ref,
+                        off = std::make_shared<bool>(false)](
+                         const std::vector<persistence::command>& cmds,
+                         const std::vector<persistence::command_result>&) {
       caches->applied(cmds);
+      // Runs on the Raft thread only, hence the plain `off`.
+      auto r = raft_ref->load(std::memory_order_acquire);
+      if (r != nullptr && r->brief().role == cluster::raft_role::leader)
+        offsets->lead();
+      else if (auto stamp = persistence::leader_stamp(cmds); stamp > 0)
+        offsets->observe(stamp);
+      auto now = offsets->read();
+      if (now.exceeded != *off) {
+        *off = now.exceeded;
+        if (now.exceeded)
+          log::cluster()->error("clock.offset_exceeded offset_ms={} max_ms={} "
+                                "(not ready; fix this node's clock)",
+                                now.offset_ms,
+                                offsets->options().max_offset_ms);
+        else
+          log::cluster()->info("clock.offset_ok offset_ms={}", now.offset_ms);
+      }
     };
     hooks.on_restored = [caches] { caches->restored(); };
     hooks.on_unavailable = [stopper] {
@@ -486,6 +515,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
       return 1;
     }
     clustered = std::move(*n);
+    raft_ref->store(clustered->raft.get(), std::memory_order_release);
     service = make_routed_service(sys, *clustered, cfg.service_opts());
   } else {
     auto nopts = cfg.node_opts();

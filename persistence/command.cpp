@@ -278,6 +278,17 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
   return result;
 }
 
+int64_t leader_stamp(const std::vector<command>& batch) {
+  int64_t stamp = 0;
+  for (auto& cmd : batch) {
+    if (cmd.type == command::kind::claim)
+      stamp = std::max(stamp, cmd.claim.now_ms);
+    else if (cmd.type == command::kind::purge)
+      stamp = std::max(stamp, cmd.now_ms);
+  }
+  return stamp;
+}
+
 caf::expected<std::vector<command_result>>
 apply_batch(sqlite_store& db, uint64_t index,
             const std::vector<command>& batch) {

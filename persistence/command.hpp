@@ -44,6 +44,11 @@ std::size_t encoded_size(const command& cmd);
 /// other than padding).
 caf::expected<std::vector<command>> decode_batch(std::string_view entry);
 
+/// The leader's stamp a batch carries (`raft_sink::commit` stamps every
+/// claim and purge of a batch with its clock): the latest, or 0 when the
+/// batch holds neither.
+int64_t leader_stamp(const std::vector<command>& batch);
+
 class sqlite_store;
 
 /// The outcome of one command (the field of its kind is set).

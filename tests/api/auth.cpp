@@ -359,6 +359,29 @@ CAF_TEST(standard webhooks reject timestamps beyond the tolerance) {
   CAF_CHECK_EQUAL(custom->detail, "stale timestamp");
 }
 
+CAF_TEST(the signature of a stale request is judged apart from its timestamp) {
+  // What a node whose own clock is off asks: would it pass, clock aside?
+  auto sig = sw_headers(sw_signature);
+  CAF_CHECK_EQUAL(sw_verdict(sig, sw_body, sw_keys(), sw_now + 7200),
+                  "stale timestamp");
+  CAF_CHECK(standard_webhook_signed(sig, sw_body, sw_keys()));
+  CAF_CHECK(!standard_webhook_signed(sw_headers(sw_wrong_signature), sw_body,
+                                     sw_keys()));
+  CAF_CHECK(!standard_webhook_signed(sig, sw_body, {"not the key"}));
+  CAF_CHECK(!standard_webhook_signed(sig, sw_body, {""}));
+  CAF_CHECK(!standard_webhook_signed(sig, R"({"a":2})", sw_keys()));
+  CAF_CHECK(!standard_webhook_signed({sw_id, "1700000001"sv, sw_signature},
+                                     sw_body, sw_keys()));
+  CAF_CHECK(!standard_webhook_signed({sw_id, "+1700000000"sv, sw_signature},
+                                     sw_body, sw_keys()));
+  CAF_CHECK(!standard_webhook_signed({std::nullopt, sw_ts, sw_signature},
+                                     sw_body, sw_keys()));
+  CAF_CHECK(!standard_webhook_signed({sw_id, std::nullopt, sw_signature},
+                                     sw_body, sw_keys()));
+  CAF_CHECK(!standard_webhook_signed({sw_id, sw_ts, std::nullopt}, sw_body,
+                                     sw_keys()));
+}
+
 CAF_TEST(standard webhooks reject timestamps that overflow or meet odd clocks) {
   CAF_CHECK_EQUAL(sw_verdict({sw_id, "9999999999999999999"sv, sw_signature}),
                   "stale timestamp");

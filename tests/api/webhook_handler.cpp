@@ -3,12 +3,14 @@
 
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include <caf/settings.hpp>
 
 #include "common/histogram.hpp"
 #include "common/sha256.hpp"
+#include "api/auth.hpp"
 #include "api/webhook_handler.hpp"
 
 using namespace oncegate;
@@ -411,6 +413,163 @@ CAF_TEST(floats in metrics are printed in the shortest form that reads back) {
   CAF_CHECK_EQUAL(sum_text(-0.25), "-0.25");
   CAF_CHECK_EQUAL(sum_text(std::numeric_limits<double>::max()),
                   "1.7976931348623157e+308");
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+// -- a cluster node's clock against the cluster's -----------------------------
+
+namespace {
+
+constexpr int64_t hour_ms = 3'600'000;
+constexpr const char* sw_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+// A node with a Standard Webhooks route whose wall clock (what judges signed
+// timestamps) is `ahead` ms off the cluster's; the monitor sees the
+// leader's stamps as `stamp` does. Every clock is moved by hand.
+struct clock_fixture {
+  int64_t cluster = 1'700'000'000'000;
+  int64_t ahead = 0;
+  int64_t steady = 10'000'000;
+  std::shared_ptr<clock_offset_monitor> offsets
+    = std::make_shared<clock_offset_monitor>(
+      clock_offset_options{}, [this] { return cluster + ahead; },
+      [this] { return steady; });
+  scripted_node claims;
+  std::size_t sw_index = 0;
+  webhook_handler handler{options(), claims, [this] { return cluster; },
+                          [this] { return cluster + ahead; }};
+
+  webhook_options options() {
+    webhook_options opts;
+    caf::settings routes;
+    caf::settings sw;
+    sw["auth"] = std::string{"standard-webhooks"};
+    sw["secret"] = std::string{sw_secret};
+    routes["sw"] = std::move(sw);
+    std::string error;
+    auto table = make_routes(&routes, route_defaults{}, process_env, error);
+    CAF_REQUIRE(table);
+    opts.routes = std::move(*table);
+    sw_index = opts.routes.index_of(*opts.routes.by_name("sw"));
+    opts.clock_offset = offsets;
+    return opts;
+  }
+
+  // The leader stamps two entries 2 s apart, applied here at once.
+  void measure() {
+    for (int i = 0; i < 2; ++i) {
+      offsets->observe(cluster);
+      cluster += 2'000;
+      steady += 2'000;
+    }
+  }
+
+  // A delivery signed under the route's key (or `key`) at the sender's
+  // clock, which is the real one: the cluster's.
+  http_response deliver(const std::string& id,
+                        std::optional<std::string> key = std::nullopt,
+                        int64_t sender_skew_ms = 0) {
+    std::string body = R"({"id":")" + id + R"("})";
+    auto ts = std::to_string((cluster + sender_skew_ms) / 1000);
+    if (!key)
+      key = *decode_whsec(sw_secret);
+    auto sig = "v1," + base64_encode(hmac_sha256(*key, id + "." + ts + "."
+                                                         + body));
+    http_request req;
+    req.method = "POST";
+    req.target = "/v1/webhook/sw";
+    req.body = body;
+    req.headers = {{"content-type", "application/json"},
+                   {"webhook-id", id},
+                   {"webhook-timestamp", ts},
+                   {"webhook-signature", sig}};
+    return send(std::move(req));
+  }
+
+  http_response get(const std::string& target) {
+    http_request req;
+    req.method = "GET";
+    req.target = target;
+    return send(std::move(req));
+  }
+
+  http_response send(http_request req) {
+    std::optional<http_response> res;
+    handler.handle(std::move(req), [&](http_response r) { res = r; });
+    CAF_REQUIRE(res);
+    return *res;
+  }
+};
+
+bool has(const std::string& haystack, const std::string& what) {
+  return haystack.find(what) != std::string::npos;
+}
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(clock_offset_tests, clock_fixture)
+
+CAF_TEST(a valid delivery refused only as stale is 503 while the clock is off) {
+  ahead = 2 * hour_ms;
+  measure();
+  auto res = deliver("msg-1");
+  CAF_CHECK_EQUAL(res.status, 503);
+  CAF_CHECK(has(res.body, "https://oncegate.dev/problems/clock-offset"));
+  CAF_CHECK(fixture::header(res, "Retry-After").has_value());
+  CAF_CHECK(claims.seen.empty());
+  CAF_CHECK_EQUAL(handler.metrics().value(sw_index, outcome::unavailable),
+                  1u);
+}
+
+CAF_TEST(a wrong signature stays 401 while the clock is off) {
+  ahead = 2 * hour_ms;
+  measure();
+  auto res = deliver("msg-2", std::string(24, 'k'));
+  CAF_CHECK_EQUAL(res.status, 401);
+  CAF_CHECK(has(res.body, "stale timestamp"));
+  CAF_CHECK(claims.seen.empty());
+}
+
+CAF_TEST(a stale timestamp is 401 while the clock is within the limit) {
+  // The node's clock is right (measured); the sender's is two hours off.
+  measure();
+  auto res = deliver("msg-3", std::nullopt, -2 * hour_ms);
+  CAF_CHECK_EQUAL(res.status, 401);
+  CAF_CHECK(has(res.body, "stale timestamp"));
+}
+
+CAF_TEST(unmeasured a stale timestamp is 401 as on a single node) {
+  // The leader (its clock is the cluster's) and a node that has not
+  // measured yet judge by their own clock, as a single node does.
+  ahead = 2 * hour_ms;
+  auto res = deliver("msg-4");
+  CAF_CHECK_EQUAL(res.status, 401);
+}
+
+CAF_TEST(readyz and metrics report the offset and recover by themselves) {
+  ahead = 2 * hour_ms;
+  measure();
+  auto res = get("/readyz");
+  CAF_CHECK_EQUAL(res.status, 503);
+  CAF_CHECK(has(res.body, R"("reason":"clock-offset")"));
+  CAF_CHECK(has(res.body, R"("offset_ms":7200000)"));
+  CAF_CHECK(fixture::header(res, "Retry-After").has_value());
+  auto text = get("/metrics").body;
+  CAF_CHECK(has(text, "\noncegate_clock_offset_exceeded 1\n"));
+  CAF_CHECK(has(text, "\noncegate_clock_offset_seconds 7200\n"));
+  // The operator steps the clock back: no new entry needed.
+  ahead = -1'250;
+  res = get("/readyz");
+  CAF_CHECK_EQUAL(res.status, 503);
+  CAF_CHECK(has(get("/metrics").body,
+                "\noncegate_clock_offset_seconds -1.25\n"));
+  ahead = 0;
+  CAF_CHECK_EQUAL(get("/readyz").status, 200);
+  CAF_CHECK_EQUAL(deliver("msg-5").status, 200);
+  text = get("/metrics").body;
+  CAF_CHECK(has(text, "\noncegate_clock_offset_exceeded 0\n"));
+  CAF_CHECK(has(text, "\noncegate_clock_offset_seconds 0\n"));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -120,7 +120,13 @@ class ConfigTest(unittest.TestCase):
                 (["--http.header-timeout=-1s"],
                  "http.header-timeout must be positive"),
                 (["--http.shutdown-grace=-1s"],
-                 "http.shutdown-grace must not be negative")):
+                 "http.shutdown-grace must not be negative"),
+                (["--cluster.max-clock-offset=0s"],
+                 "cluster.max-clock-offset must be within 1ms..24h"),
+                (["--cluster.max-clock-offset=-500ms"],
+                 "cluster.max-clock-offset must be within 1ms..24h"),
+                (["--cluster.max-clock-offset=25h"],
+                 "cluster.max-clock-offset must be within 1ms..24h")):
             code, text = self.check("", *args)
             self.assertEqual(code, 2, text)
             self.assertIn(want, text)
@@ -131,6 +137,8 @@ class ConfigTest(unittest.TestCase):
         self.assertIn("ttl", text)
         self.assertIn("at most ten years", text)
         code, text = self.check("", "--http.shutdown-grace=0s")
+        self.assertEqual(code, 0, text)
+        code, text = self.check("", "--cluster.max-clock-offset=250ms")
         self.assertEqual(code, 0, text)
 
     def test_printed_durations_read_back(self):
