@@ -13,6 +13,7 @@
 
 #include <boost/asio/ssl/context.hpp>
 
+#include "common/tls_profile.hpp"
 #include "http/tls_support.hpp"
 
 namespace oncegate::gateway {
@@ -232,11 +233,11 @@ server_tls::load(const server_tls_files& files, std::string& error,
     return nullptr;
   auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
   auto native = ctx->native_handle();
-  // TLS 1.0 and 1.1 are deprecated (RFC 8996). Renegotiation would let a
-  // client restart the handshake in the middle of a connection (and cost
-  // the server a handshake each time); TLS 1.3 has none anyway.
-  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
-  SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  // Protocol versions, cipher suites, groups, preference, renegotiation:
+  // the one profile of every TLS context we make.
+  culprit = part::certificate;
+  if (!tls::apply_profile(native, error))
+    return nullptr;
   // An idle keep-alive connection gives its read and write buffers back
   // (about 34 KiB each): thousands of senders may hold one open.
   SSL_CTX_set_mode(native, SSL_MODE_RELEASE_BUFFERS);

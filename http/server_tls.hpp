@@ -30,10 +30,10 @@ struct server_tls_files {
   enum class part { certificate, key };
 };
 
-/// A server TLS context: TLS 1.2 at least, OpenSSL's default ciphers and
-/// their default preference, no renegotiation, no compression, ALPN
-/// `http/1.1`. Immutable once made; shared by the connections made from it,
-/// each of which keeps it alive.
+/// A server TLS context: the TLS profile (common/tls_profile.hpp: TLS 1.2
+/// at least, AEAD suites only, the client's preference, no renegotiation,
+/// no compression), ALPN `http/1.1`. Immutable once made; shared by the
+/// connections made from it, each of which keeps it alive.
 class server_tls {
 public:
   /// Largest certificate or key file read: they come from outside.

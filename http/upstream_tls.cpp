@@ -1,4 +1,5 @@
 #include "http/upstream_tls.hpp"
+#include "common/tls_profile.hpp"
 #include "http/tls_support.hpp"
 
 #include <cerrno>
@@ -53,10 +54,12 @@ upstream_tls::make(const upstream_tls_files& files, std::string& error,
   ERR_clear_error();
   auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
   auto native = ctx->native_handle();
-  // TLS 1.0 and 1.1 are deprecated (RFC 8996); renegotiation would let an
-  // upstream restart the handshake in the middle of an exchange.
-  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
-  SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  // Protocol versions, cipher suites, groups, renegotiation: the one
+  // profile of every TLS context we make. An upstream that speaks only
+  // CBC suites (or TLS 1.1) fails the handshake: not sent.
+  culprit = part::ca_file;
+  if (!tls::apply_profile(native, error))
+    return nullptr;
   // No callback: OpenSSL's verdict (chain, validity, the host name set per
   // connection) stands, and any failure ends the handshake.
   SSL_CTX_set_verify(native, SSL_VERIFY_PEER, nullptr);

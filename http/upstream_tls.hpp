@@ -49,7 +49,8 @@ struct upstream_tls_files {
   }
 };
 
-/// A client TLS context: TLS 1.2 at least, the peer's certificate verified
+/// A client TLS context: the TLS profile (common/tls_profile.hpp: TLS 1.2
+/// at least, AEAD suites only), the peer's certificate verified
 /// against the trusted CAs, an optional client certificate. Immutable once
 /// made and shared by every connection that uses the same files; only the
 /// upstream client's thread makes connections from it.

@@ -20,6 +20,7 @@
 #include <openssl/x509.h>
 
 #include "common/logging.hpp"
+#include "common/tls_profile.hpp"
 #include "replication/tls_identity.hpp"
 #include "replication/tls_transport_impl.hpp"
 
@@ -368,9 +369,13 @@ int tls_transport_init(raft_uv_transport* t, uv_loop_t* loop,
     return RAFT_NOMEM;
   }
   auto ctx = x->ctx;
-  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION
-                             | SSL_OP_NO_TICKET);
+  // Protocol versions, cipher suites, groups, renegotiation: the one
+  // profile of every TLS context we make.
+  if (!tls::apply_profile(ctx, error)) {
+    error = "TLS profile: " + error;
+    return RAFT_INVALID;
+  }
+  SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
   // Every connection is a full handshake: no session state to reason about.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_num_tickets(ctx, 0);

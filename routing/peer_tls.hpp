@@ -18,7 +18,10 @@
 //   * the CAF node id a peer claims is the one of the member its
 //     certificate names, and it speaks only in its own name (routing/
 //     peer_basp.hpp: a stolen certificate cannot pose as another member);
-//   * TLS 1.3 only; a handshake that does not finish within a deadline is
+//   * TLS 1.3 only, with the TLS profile of all our TLS (common/
+//     tls_profile.hpp) put on each connection before its first byte
+//     (libcaf_openssl sets its own cipher list on the context after the
+//     policy did); a handshake that does not finish within a deadline is
 //     dropped; while it waits for the peer, the socket's write interest is
 //     held back (CAF 0.17 would busy-poll it: peer_tls_sockets.cpp);
 //   * this node's certificate and key are served from memory, loaded and

@@ -31,6 +31,8 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/node_id.hpp>
 
+#include "common/tls_profile.hpp"
+
 namespace oncegate::tls {
 
 using namespace detail;
@@ -137,9 +139,12 @@ bool from_member_host(SSL* ssl, handshake_state* hs) {
   return false;
 }
 
+int refuse(SSL* ssl, handshake_state* hs, std::string why);
+
 // A handshake step (`real`: libssl's SSL_connect or SSL_accept) called
-// from `caller`: unchanged unless the policy applies. Then counted, dropped
-// past the deadline, and failures the verify callback never saw reported.
+// from `caller`: unchanged unless the policy applies. Then given the TLS
+// profile (first call), counted, dropped past the deadline, and failures
+// the verify callback never saw reported.
 int guarded_handshake(SSL* ssl, int (*real)(SSL*), const void* caller,
                       hook which) {
   if (!policy_applies(caller))
@@ -150,6 +155,14 @@ int guarded_handshake(SSL* ssl, int (*real)(SSL*), const void* caller,
   if (G.ssl_index >= 0) {
     hs = static_cast<handshake_state*>(SSL_get_ex_data(ssl, G.ssl_index));
     if (hs == nullptr) {
+      // The connection's first call, before its first byte. libcaf_openssl
+      // sets a cipher list of its own ("HIGH:!aNULL:!MD5", CBC suites
+      // among them) after SSL_CTX_set_verify: the connection gets the one
+      // profile of all our TLS (common/tls_profile.hpp) back here. The
+      // floor stays TLS 1.3 (SSL_CTX_set_verify below): the profile never
+      // lowers one.
+      if (std::string why; !apply_profile(ssl, why))
+        return refuse(ssl, nullptr, "cannot apply the TLS profile: " + why);
       hs = new handshake_state;
       hs->started = std::chrono::steady_clock::now();
       if (SSL_set_ex_data(ssl, G.ssl_index, hs) != 1) {

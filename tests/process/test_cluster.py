@@ -1068,6 +1068,57 @@ class ShippedConfigTest(unittest.TestCase):
                     name = s.getpeercert()["subjectAltName"]
                     self.assertEqual(len(name), 1, name)
                     self.assertTrue(name[0][1].endswith(".oncegate"), name)
+                    # Mozilla's intermediate profile (docs/tls.md).
+                    self.assertEqual(s.version(), "TLSv1.3")
+                    self.assertIn(s.cipher()[0], (
+                        "TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                        "TLS_CHACHA20_POLY1305_SHA256"))
+
+        def tls12(port, suites):
+            """A TLS 1.2 handshake offering only `suites`: the suite
+            chosen, or None when the node refused."""
+            old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            old.load_verify_locations(os.path.join(tls, "ca.pem"))
+            old.check_hostname = False
+            old.load_cert_chain(os.path.join(tls, "node-1.pem"),
+                                os.path.join(tls, "node-1.key"))
+            old.maximum_version = ssl.TLSVersion.TLSv1_2
+            old.set_ciphers(suites + ":@SECLEVEL=0")
+            with socket.create_connection(("127.0.0.1", port), 2) as raw:
+                try:
+                    with old.wrap_socket(raw) as s:
+                        return s.cipher()[0]
+                except (ssl.SSLError, OSError):
+                    return None
+
+        cbc = ("ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES128-SHA256",
+               "ECDHE-ECDSA-AES256-SHA384", "ECDHE-ECDSA-AES256-SHA")
+        aead = "ECDHE-ECDSA-AES128-GCM-SHA256"
+        for port in ports[3:6]:   # Raft: TLS 1.2 with AEAD suites only
+            for suite in cbc:
+                self.assertIsNone(tls12(port, suite), (port, suite))
+            self.assertEqual(tls12(port, aead), aead)
+        for port in ports[6:]:    # CAF: TLS 1.3 only
+            for suite in cbc + (aead,):
+                self.assertIsNone(tls12(port, suite), (port, suite))
+
+        def tls13_with_group(port, group):
+            """Whether a TLS 1.3 handshake offering only the key-exchange
+            `group` completes (Python's ssl cannot choose groups)."""
+            out = subprocess.run(
+                ["openssl", "s_client", "-connect", "127.0.0.1:%d" % port,
+                 "-tls1_3", "-groups", group,
+                 "-CAfile", os.path.join(tls, "ca.pem"),
+                 "-cert", os.path.join(tls, "node-1.pem"),
+                 "-key", os.path.join(tls, "node-1.key")],
+                stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+            return out.returncode == 0
+        # The profile's groups (X25519, P-256, P-384) and no others, on
+        # both transports: on the CAF links this is the profile the policy
+        # puts on each connection (libcaf_openssl's own settings differ).
+        for port in ports[3:]:
+            self.assertTrue(tls13_with_group(port, "X25519"), port)
+            self.assertFalse(tls13_with_group(port, "secp521r1"), port)
 
 
 def metric(text, name):

@@ -1,6 +1,8 @@
 """The native TLS listener (docs/tls.md): with `http.tls-certificate` and
 `http.tls-key` the node speaks HTTPS on its port, TLS 1.2 or later with ALPN
-http/1.1; plain HTTP there gets a plain 400; a handshake is bounded by
+http/1.1, offering only the AEAD suites of Mozilla's intermediate profile
+(with an ECDSA and with an RSA certificate) and its key-exchange groups,
+and letting the client choose; plain HTTP there gets a plain 400; a handshake is bounded by
 `http.tls-handshake-timeout` and counts against `http.max-connections`;
 SIGHUP reloads the files for new connections without dropping a request,
 and a bad replacement is refused (logged) while the old certificate stays;
@@ -29,6 +31,16 @@ from harness import BIN, Node, TempDir, wait_for
 PROBLEM = "https://oncegate.dev/problems/"
 EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
           "-nodes"]
+RSA_KEY = ["-newkey", "rsa:2048", "-nodes"]
+# Mozilla's intermediate profile (Server Side TLS 5.7), written out here
+# rather than read from the product: the TLS 1.2 suites, then TLS 1.3's.
+MOZILLA_TLS12 = {
+    "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-CHACHA20-POLY1305",
+    "DHE-RSA-AES128-GCM-SHA256", "DHE-RSA-AES256-GCM-SHA384"}
+MOZILLA_TLS13 = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                 "TLS_CHACHA20_POLY1305_SHA256"}
 SERVER_EXT = ["subjectAltName=DNS:localhost,IP:127.0.0.1",
               "extendedKeyUsage=serverAuth", "basicConstraints=CA:FALSE"]
 TV_TOKEN = "tv-listener-secret"
@@ -49,12 +61,12 @@ def make_ca(d):
     return os.path.join(d, "ca.pem")
 
 
-def sign(d, name, issuer, subject, ext, days):
+def sign(d, name, issuer, subject, ext, days, key=EC_KEY):
     """`name`.pem / `name`.key for `subject`, signed by `issuer` (the
     basename of its .pem / .key); returns the serial as int."""
     base = os.path.join(d, name)
     serial = int.from_bytes(os.urandom(8), "big") | 1 << 62
-    openssl("req", "-new", *EC_KEY, "-subj", subject,
+    openssl("req", "-new", *key, "-subj", subject,
             "-keyout", base + ".key", "-out", base + ".csr")
     with open(base + ".ext", "w") as f:
         f.write("\n".join(ext) + "\n")
@@ -92,6 +104,39 @@ def install(src, dst):
     tmp = dst + ".new"
     shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
+
+
+def tls12_handshake(port, ca, suites):
+    """A TLS 1.2 handshake offering only `suites` (OpenSSL's names, in
+    order of preference): the suite the node chose, or the SSLError of
+    its refusal."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(ca)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    # Security level 0: this client offers whatever it is told to.
+    ctx.set_ciphers(suites + ":@SECLEVEL=0")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                return s.cipher()[0]
+        except ssl.SSLError as e:
+            return e
+
+
+def tls12_suites_accepted(port, ca):
+    """Every TLS 1.2 suite this client's OpenSSL knows, offered one at a
+    time as testssl.sh does: the set the node accepted."""
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    probe.set_ciphers("ALL:COMPLEMENTOFALL:@SECLEVEL=0")
+    names = [c["name"] for c in probe.get_ciphers()
+             if c["protocol"] != "TLSv1.3"]
+    assert len(names) > 40, names
+    accepted = set()
+    for name in names:
+        if isinstance(tls12_handshake(port, ca, name), str):
+            accepted.add(name)
+    return accepted
 
 
 def client_context(ca):
@@ -261,6 +306,74 @@ class TlsListenerTest(unittest.TestCase):
             self.assertEqual(conn.sock.version(), "TLSv1.2")
         finally:
             conn.close()
+
+    def check_offer(self, port, kind, refused):
+        """The node at `port` (a certificate of `kind`, "ECDSA" or "RSA")
+        keeps to Mozilla's intermediate profile: of TLS 1.2, only the
+        profile's suites for its key (AEAD, ECDHE or DHE), each of the
+        ECDHE ones; the `refused` suites with the node's own alert; TLS 1.3
+        with one of its three suites; the client's preference."""
+        accepted = tls12_suites_accepted(port, self.ca)
+        mine = {s for s in MOZILLA_TLS12 if "-%s-" % kind in s}
+        self.assertEqual(accepted - mine, set(),
+                         "%s: TLS 1.2 suites beyond the profile" % kind)
+        for name in mine:
+            if name.startswith("ECDHE-"):
+                self.assertIn(name, accepted)
+        for name in refused:
+            err = tls12_handshake(port, self.ca, name)
+            self.assertIsInstance(err, ssl.SSLError, name)
+            # The node's alert, not this client's own refusal.
+            self.assertIn("alert handshake failure", str(err), name)
+        # The client chooses (all are strong): its first choice wins in
+        # either order.
+        gcm = "ECDHE-%s-AES128-GCM-SHA256" % kind
+        chacha = "ECDHE-%s-CHACHA20-POLY1305" % kind
+        self.assertEqual(tls12_handshake(port, self.ca, chacha + ":" + gcm),
+                         chacha)
+        self.assertEqual(tls12_handshake(port, self.ca, gcm + ":" + chacha),
+                         gcm)
+        tls13 = client_context(self.ca)
+        tls13.minimum_version = ssl.TLSVersion.TLSv1_3
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with tls13.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                self.assertEqual(s.version(), "TLSv1.3")
+                self.assertIn(s.cipher()[0], MOZILLA_TLS13)
+        # The profile's key-exchange groups only (Python's ssl cannot
+        # choose them: the openssl CLI can).
+        for group, served in (("X25519", True), ("prime256v1", True),
+                              ("secp384r1", True), ("secp521r1", False),
+                              ("ffdhe2048", False)):
+            out = subprocess.run(
+                ["openssl", "s_client", "-connect", "127.0.0.1:%d" % port,
+                 "-groups", group, "-CAfile", self.ca],
+                stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+            self.assertEqual(out.returncode == 0, served, group)
+
+    def test_only_aead_suites_are_offered_with_an_ecdsa_certificate(self):
+        # testssl.sh against this listener once found CBC suites (LUCKY13
+        # "potentially vulnerable"), SHA-1 MACs among them.
+        self.check_offer(self.node.port, "ECDSA",
+                         ["ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES128-SHA256",
+                          "ECDHE-ECDSA-AES256-SHA384"])
+
+    def test_only_aead_suites_are_offered_with_an_rsa_certificate(self):
+        d = os.path.join(self.tmp.path, "rsa")
+        os.makedirs(d)
+        sign(self.tmp.path, "rsa/server", "ca", "/CN=localhost", SERVER_EXT,
+             2, key=RSA_KEY)
+        node = Node(os.path.join(d, "node"),
+                    "--http.tls-certificate=" + os.path.join(d, "server.pem"),
+                    "--http.tls-key=" + os.path.join(d, "server.key")).start()
+        try:
+            # RSA key exchange (no forward secrecy), CBC with SHA-256 and
+            # with SHA-1.
+            self.check_offer(node.port, "RSA",
+                             ["AES128-SHA256", "AES128-GCM-SHA256",
+                              "ECDHE-RSA-AES128-SHA",
+                              "ECDHE-RSA-AES256-SHA384"])
+        finally:
+            self.assertEqual(node.stop(), 0)
 
     def test_plain_http_on_the_tls_port_gets_a_plain_400(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.node.port,

@@ -30,7 +30,9 @@
 #include <openssl/ssl.h>
 
 #include "replication/tls_transport.hpp"
+#include "replication/tls_transport_impl.hpp"
 #include "tests/common/fixture.hpp"
+#include "tests/common/tls_offer.hpp"
 
 using namespace oncegate;
 using namespace oncegate::cluster;
@@ -1037,6 +1039,28 @@ CAF_TEST(peers may be named by host name or IPv6 literal) {
   CAF_CHECK_EQUAL(attempt.status, 0);
   if (attempt.stream != nullptr)
     raft_side{attempt.stream}.close();
+}
+
+CAF_TEST(the transport context offers only the Mozilla intermediate suites) {
+  // One context serves both ends of every connection (the listener and the
+  // dialler): what it offers is what either end offers or accepts.
+  auto& c = certs();
+  tls_transport_options opts;
+  opts.ca_file = c.ca;
+  opts.cert_file = c.pem(1);
+  opts.key_file = c.key(1);
+  opts.peers = members;
+  raft_uv_transport t;
+  std::memset(&t, 0, sizeof(t));
+  std::string error;
+  CAF_REQUIRE_EQUAL(tls_transport_init(&t, &loop, opts, error), 0);
+  auto ctx = static_cast<oncegate::cluster::detail::transport*>(t.impl)->ctx;
+  CAF_MESSAGE("offered: " << test::offered_suites(ctx));
+  auto breaches = test::offer_violations(ctx);
+  for (auto& x : breaches)
+    CAF_MESSAGE("breach: " << x);
+  CAF_CHECK(breaches.empty());
+  tls_transport_close(&t);
 }
 
 CAF_TEST(bad certificate files are reported with the file and the reason) {
