@@ -23,6 +23,18 @@ const char* to_string(upstream_result::kind x) {
   return "maybe_sent";
 }
 
+// The attempt of `job` at `now_ms`, without a retry time.
+delivery_attempt attempt_of(const forward_job& job, int64_t now_ms) {
+  delivery_attempt a;
+  a.route = job.route;
+  a.key = job.key.value;
+  a.first_seen_ms = job.first_seen_ms;
+  a.attempt = job.attempt;
+  a.request_id = job.request_id;
+  a.now_ms = now_ms;
+  return a;
+}
+
 } // namespace
 
 record_update outcome_update(const forward_job& job, const upstream_result& res,
@@ -32,13 +44,7 @@ record_update outcome_update(const forward_job& job, const upstream_result& res,
   auto d = res.outcome == kind::response   ? delivery::answered
            : res.outcome == kind::not_sent ? delivery::not_sent
                                            : delivery::maybe_sent;
-  delivery_attempt a;
-  a.route = job.route;
-  a.key = job.key.value;
-  a.first_seen_ms = job.first_seen_ms;
-  a.attempt = job.attempt;
-  a.request_id = job.request_id;
-  a.now_ms = now_ms;
+  auto a = attempt_of(job, now_ms);
   if (job.delivery != nullptr && job.delivery->durable && job.attempt > 0)
     a.retry_at_ms = job.delivery->retry_at(now_ms, job.attempt, random);
   if (a.retry_at_ms != 0 && job.deliver_by_ms != 0)
@@ -106,14 +112,8 @@ void forwarder::release_unsent(forward_job job) {
     std::lock_guard<std::mutex> guard{mtx_};
     ++running_;
   }
-  delivery_attempt a;
-  a.route = job.route;
-  a.key = job.key.value;
-  a.first_seen_ms = job.first_seen_ms;
-  a.attempt = job.attempt;
-  a.request_id = job.request_id;
   // No retry time: released, not deferred.
-  auto upd = after_delivery(a, delivery::not_sent);
+  auto upd = after_delivery(attempt_of(job, 0), delivery::not_sent);
   log::gateway()->warn("[C{}][R{}] upstream.abandoned route={} "
                        "reason=response-timeout",
                        job.conn, job.req, job.route);
