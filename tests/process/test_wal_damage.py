@@ -15,6 +15,7 @@ import threading
 import unittest
 
 from harness import BIN, START_TIMEOUT, Node, TempDir, http_call
+from test_cluster import OwnClusterCase, with_logs
 
 KEYS = 30
 EXIT_WAL_DAMAGED = 65
@@ -137,6 +138,37 @@ class WalDamageTest(unittest.TestCase):
         keys = self.acknowledge_then_crash()
         self.node.start()
         self.assertEqual(self.replayed(self.node, keys), [])
+
+
+def flip_byte(path, at):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x10]))
+
+
+class ClusterWalDamageTest(OwnClusterCase):
+    """A cluster node's decisions are durable in its Raft log: a damaged
+    WAL is logged, and the node starts and replays what SQLite dropped."""
+
+    @with_logs
+    def test_a_cluster_node_replays_what_a_damaged_wal_dropped(self):
+        lid = self.start_nodes([1, 2, 3], [1, 2, 3])
+        keys = ["cwal-%d" % i for i in range(KEYS)]
+        for k in keys:
+            self.assertEqual(self.post(lid, k)[0], 200)
+        self.cluster.wait_converged()
+        follower = self.cluster.node([i for i in (1, 2, 3) if i != lid][0])
+        self.assertEqual(set(keys) - follower.keys(), set())
+        follower.kill()
+        wal = os.path.join(follower.data_dir, "oncegate.db-wal")
+        self.assertGreater(os.path.getsize(wal), frame_offset(KEYS))
+        flip_byte(wal, frame_offset(2) + 24 + 100)
+        follower.start()
+        self.cluster.wait_converged()
+        self.assertEqual(follower.log_count("store.wal_damaged"), 1)
+        self.assertEqual(sorted(set(keys) - follower.keys()), [])
 
 
 if __name__ == "__main__":
