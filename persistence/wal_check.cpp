@@ -152,10 +152,7 @@ caf::error scan_frames(int fd, const std::string& path, uint64_t frames,
   return caf::none;
 }
 
-} // namespace
-
-namespace {
-
+// One pass over the WAL; `header` gets the WAL header as read.
 caf::expected<wal_report> scan_wal(const std::string& db_path,
                                    std::string& header);
 

@@ -17,7 +17,7 @@ namespace oncegate::persistence {
 /// damaged byte in an early frame silently drops every later transaction.
 /// This check tells that apart from the ends a crash legitimately leaves.
 ///
-/// The rule (see `check_wal` for the why): frames are *intact* when their
+/// The rule (why it holds: wal_check.cpp): frames are *intact* when their
 /// salt is the WAL header's, their page number is set and their checksum
 /// verifies from the checksum stored in the frame before them. A loss is
 /// proven when, after the frame where SQLite stops, two commit frames lie in
