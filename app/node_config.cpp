@@ -45,7 +45,11 @@ node_config::node_config() {
     .add(version, "version", "print the version and exit")
     .add(backup_to, "backup-to",
          "write an online backup of data-dir's database to this new file "
-         "and exit (the node may be running)");
+         "and exit (the node may be running)")
+    .add(accept_wal_loss, "accept-wal-loss",
+         "start although the WAL holds committed transactions SQLite would "
+         "drop (a damaged frame before them): their keys execute again; "
+         "the damaged WAL is copied aside (docs/operations.md)");
   opt_group{custom_options_, "http"}
     .add(body_limit, "body-limit", "largest request body in bytes (413)")
     .add(header_limit, "header-limit", "largest header block in bytes (431)")
@@ -216,7 +220,8 @@ const std::vector<help_group>& node_config::help_groups() {
      {},
      {{"data-dir", "directory of the SQLite database"},
       {"store.max-pages", "largest database, 4 KiB pages (0: unlimited)"},
-      {"backup-to", "write an online backup to this new file, exit"}},
+      {"backup-to", "write an online backup to this new file, exit"},
+      {"accept-wal-loss", "start despite a damaged WAL (loses decisions)"}},
      {"store.max-batch", "store.max-pending", "store.max-pending-bytes",
       "store.checkpoint-pages", "store.on-scheduler"}},
     {"cluster",
@@ -519,6 +524,7 @@ node_options node_config::node_opts() const {
   res.data_dir = data_dir;
   res.store.checkpoint_pages = static_cast<uint32_t>(checkpoint_pages);
   res.store.max_pages = max_pages;
+  res.store.accept_wal_loss = accept_wal_loss;
   res.detached_store = !store_on_scheduler;
   res.store_actor.max_batch = static_cast<uint32_t>(max_batch);
   res.store_actor.max_pending = static_cast<uint32_t>(max_pending);

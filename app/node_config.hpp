@@ -155,6 +155,7 @@ public:
   std::string upstream;
   bool version = false;
   std::string backup_to;
+  bool accept_wal_loss = false;
 
   // Every default below is the one of the option struct of the component
   // it configures (where it is documented and tested); none is written

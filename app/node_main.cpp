@@ -26,6 +26,7 @@
 #include "common/clock_offset.hpp"
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "persistence/wal_check.hpp"
 #include "routing/routed_service.hpp"
 #include "persistence/command.hpp"
 #include "service/local_service.hpp"
@@ -41,6 +42,16 @@ namespace {
 /// node cannot go on in this process, a fresh one can (systemd's
 /// `Restart=on-failure` restarts it; so does the drill runner).
 constexpr int exit_restart = 75;
+
+/// The exit code of a start refused because the WAL holds committed
+/// transactions SQLite would drop (EX_DATAERR): a restart does not help,
+/// the operator must restore or accept the loss (`--accept-wal-loss`).
+constexpr int exit_wal_damaged = 65;
+
+// The exit code of a failed start.
+int start_failed(const caf::error& err) {
+  return errc_of(err) == errc::wal_damaged ? exit_wal_damaged : 1;
+}
 
 // Stops the node from any thread with an exit code, also before the HTTP
 // server exists (it then stops as soon as it is attached).
@@ -283,6 +294,20 @@ void print_long_help(const node_config& cfg, const std::string& version) {
 int backup(const node_config& cfg) {
   auto opts = cfg.node_opts().store;
   opts.path = (std::filesystem::path{cfg.data_dir} / "oncegate.db").string();
+  // The reader would copy what SQLite reads of a damaged WAL without a word
+  // (a stopped node's; a running node checked its own at start).
+  auto wal = persistence::check_wal(opts.path);
+  if (!wal) {
+    std::cerr << "oncegate: backup failed: " << describe(wal.error()) << '\n';
+    return 1;
+  }
+  if (wal->loss) {
+    std::cerr << "oncegate: backup refused: "
+              << persistence::describe_wal_loss(opts.path, *wal)
+              << "; a backup would lack them (docs/operations.md, \"A "
+                 "damaged WAL\")\n";
+    return exit_wal_damaged;
+  }
   auto db = persistence::sqlite_store::open_reader(opts);
   if (!db) {
     std::cerr << "oncegate: backup failed: " << describe(db.error()) << '\n';
@@ -512,7 +537,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
     if (!n) {
       log::store()->critical("node.start_failed error={}",
                              sys.render(n.error()));
-      return 1;
+      return start_failed(n.error());
     }
     clustered = std::move(*n);
     raft_ref->store(clustered->raft.get(), std::memory_order_release);
@@ -533,7 +558,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
     if (!n) {
       log::store()->critical("node.start_failed error={}",
                              sys.render(n.error()));
-      return 1;
+      return start_failed(n.error());
     }
     single = std::move(*n);
     service = make_local_service(sys, *single, cfg.service_opts().service);

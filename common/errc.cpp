@@ -9,8 +9,8 @@ namespace oncegate {
 constexpr const char* errc_names[] = {
   "none", "storage_failure", "commit_failed", "store_unavailable",
   "schema_too_new", "overloaded", "timeout", "invalid_argument", "not_leader",
-  "leadership_lost"};
-static_assert(enum_table_covers(errc::leadership_lost, errc_names));
+  "leadership_lost", "wal_damaged"};
+static_assert(enum_table_covers(errc::wal_damaged, errc_names));
 
 const char* to_string(errc x) {
   return enum_text(x, errc_names);

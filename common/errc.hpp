@@ -34,6 +34,9 @@ enum class errc : uint8_t {
   /// Leadership moved while a proposal was in flight: it may still commit,
   /// the outcome is unknown.
   leadership_lost,
+  /// The database's WAL holds committed transactions SQLite would drop (a
+  /// damaged frame before them): the store refuses to open it.
+  wal_damaged,
 };
 
 /// Returns the enumerator name, e.g. `"commit_failed"`.

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "common/logging.hpp"
 #include "common/mutant.hpp"
 #include "persistence/sqlite_store_impl.hpp"
+#include "persistence/wal_check.hpp"
 
 namespace oncegate::persistence {
 
@@ -193,6 +195,47 @@ caf::error refuse_foreign(sqlite3* db, const std::string& path) {
                     "database from a backup");
 }
 
+// Reads the WAL before SQLite does: opening runs WAL recovery, which
+// stops at the first damaged frame, and the first checkpoint after it
+// makes whatever came later lost for good. Answers whether a loss was
+// found (and accepted), or the refusal.
+caf::expected<bool> guard_wal(const store_options& opts) {
+  auto report = check_wal(opts.path);
+  if (!report)
+    return std::move(report.error());
+  if (!report->loss)
+    return false;
+  auto what = describe_wal_loss(opts.path, *report);
+  if (opts.sync_commits && !opts.accept_wal_loss)
+    return make_error(
+      errc::wal_damaged,
+      what + ". These were committed and answered: starting would execute "
+             "their keys again. Nothing was opened or changed. Recover: "
+             "restore the database from a backup (docs/operations.md, \"A "
+             "damaged WAL\"), or start once with --accept-wal-loss to drop "
+             "them (a copy of the damaged WAL is kept)");
+  // Keep the frames for a later look (or a manual rescue) before SQLite
+  // drops them.
+  auto copy = opts.path + "-wal.damaged-"
+              + std::to_string(static_cast<long long>(::time(nullptr)));
+  std::error_code ec;
+  std::filesystem::copy_file(opts.path + "-wal", copy, ec);
+  if (!opts.sync_commits)
+    // A cluster node's decisions are durable in its Raft log, which
+    // restores the last snapshot and replays what follows at start; and
+    // without fsyncs a power cut may write frames back out of order, which
+    // looks the same. Nothing to refuse.
+    log::store()->error("store.wal_damaged action=replay_from_raft_log "
+                        "detail=\"{}\" copy={}",
+                        what, ec ? "none (" + ec.message() + ")" : copy);
+  else
+    log::store()->critical("store.wal_loss_accepted detail=\"{}\" copy={} "
+                           "(--accept-wal-loss: keys decided in the dropped "
+                           "transactions execute again)",
+                           what, ec ? "none (" + ec.message() + ")" : copy);
+  return true;
+}
+
 } // namespace
 
 } // namespace detail
@@ -237,6 +280,9 @@ sqlite_store::open(const store_options& opts) {
     if (auto err = create_database(opts.path))
       return err;
   }
+  auto wal_loss = guard_wal(opts);
+  if (!wal_loss)
+    return std::move(wal_loss.error());
   auto ptr = std::make_unique<impl>();
   ptr->opts = opts;
   auto flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
@@ -294,6 +340,15 @@ sqlite_store::open(const store_options& opts) {
   }
   if (auto err = ptr->prepare_all())
     return err;
+  // A loss let through: fold what SQLite read into the database and empty
+  // the WAL, so that the frames it dropped do not meet the check again at
+  // every start.
+  if (*wal_loss
+      && sqlite3_wal_checkpoint_v2(ptr->db, nullptr,
+                                   SQLITE_CHECKPOINT_TRUNCATE, nullptr,
+                                   nullptr)
+           != SQLITE_OK)
+    return sqlite_error(ptr->db, "checkpoint after a WAL loss");
   if (opts.max_pages > 0) {
     auto sql = "PRAGMA max_page_count=" + std::to_string(opts.max_pages);
     if (auto err = ptr->exec(sql.c_str()))

@@ -33,6 +33,10 @@ struct store_options {
   /// writes fail with SQLITE_FULL exactly as on a full disk: claims are
   /// answered 503 and nothing stored is harmed.
   uint64_t max_pages = 0;
+  /// Open even when the WAL holds committed transactions that SQLite would
+  /// drop (`check_wal`): the operator accepted losing them. The damaged WAL
+  /// is copied aside first and the loss logged.
+  bool accept_wal_loss = false;
 };
 
 /// The durable record table in one SQLite file (WAL, `synchronous=FULL`).
@@ -51,8 +55,11 @@ public:
   static constexpr int schema_version = 5;
 
   /// Opens (creating or migrating) the database: the writer. Fails with
-  /// `errc::storage_failure` (SQLite's message as context) or
-  /// `errc::schema_too_new`.
+  /// `errc::storage_failure` (SQLite's message as context),
+  /// `errc::schema_too_new`, or `errc::wal_damaged` when the WAL holds
+  /// committed transactions SQLite would drop (checked before SQLite opens
+  /// the file; see `check_wal`) unless `accept_wal_loss` or, for a cluster
+  /// node (`sync_commits` off), the Raft log holds them.
   static caf::expected<std::unique_ptr<sqlite_store>>
   open(const store_options& opts);
 
