@@ -142,10 +142,11 @@ struct member_node {
 
 caf::expected<claim_result> claim(caf::actor_system& sys,
                                   const persistence::store_actor& store,
-                                  const claim_request& req) {
+                                  const claim_request& req,
+                                  caf::timespan bound = 5s) {
   caf::scoped_actor self{sys};
   caf::expected<claim_result> res{caf::error{}};
-  self->request(store, 5s, claim_atom::value, req)
+  self->request(store, bound, claim_atom::value, req)
     .receive([&](claim_result& x) { res = std::move(x); },
              [&](caf::error& err) { res = std::move(err); });
   return res;
@@ -456,7 +457,11 @@ CAF_TEST(a transfer towards an unreachable voter never frees what libraft still 
     leader->raft->transfer(dead->id, [&](uint64_t) { done = true; });
     CAF_REQUIRE(wait_for([&] { return done.load(); }, 5000ms));
   }
-  CAF_CHECK(leader->raft->brief().leader_id != 0);
+  // A leader is known. `brief` is published after the loop turn that
+  // ran the transfer's callback and shows no leader while one is under
+  // way: read right after the callback, it could still say 0.
+  CAF_CHECK(wait_for([&] { return leader->raft->brief().leader_id != 0; },
+                     5000ms));
   mallopt(M_PERTURB, 0);
   for (auto& m : ms)
     if (m->raft)
@@ -466,6 +471,9 @@ CAF_TEST(a transfer towards an unreachable voter never frees what libraft still 
 CAF_TEST(large signals are bounded by bytes in the raft log and not only by entries) {
   member_node m{1};
   m.max_log_bytes = 2 * 1024 * 1024;
+  // A claim waits while a snapshot is written, however slowly (the
+  // machine may be loaded): nothing here may fail for lack of time.
+  m.max_hold_ms = 600000;
   std::vector<member> voters{{1, m.address}};
   m.start(sys, voters);
   CAF_REQUIRE(wait_for([&] { return m.ready(); }, 5000ms));
@@ -475,7 +483,7 @@ CAF_TEST(large signals are bounded by bytes in the raft log and not only by entr
     auto req = make_claim("big" + std::to_string(i), 1000,
                           std::string(60 * 1024, 'x'));
     req.signal = std::string(60 * 1024, 's');
-    auto res = claim(sys, m.store, req);
+    auto res = claim(sys, m.store, req, 60s);
     CAF_REQUIRE(res);
   }
   auto st = m.raft->status();
