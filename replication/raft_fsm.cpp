@@ -46,7 +46,7 @@ void raft_fsm_adapter::on_restored(std::function<void()> fn) {
   on_restored_ = std::move(fn);
 }
 
-void raft_fsm_adapter::before_snapshot_copy(std::function<void()> fn) {
+void raft_fsm_adapter::before_snapshot_copy(std::function<bool()> fn) {
   before_copy_ = std::move(fn);
 }
 
@@ -166,8 +166,8 @@ int raft_fsm_adapter::snapshot(::raft_fsm* fsm, ::raft_buffer* bufs[],
 int raft_fsm_adapter::snapshot_async(::raft_fsm* fsm, ::raft_buffer* bufs[],
                                      unsigned* n) {
   auto self = static_cast<raft_fsm_adapter*>(fsm->data);
-  if (self->before_copy_)
-    self->before_copy_();
+  if (self->before_copy_ && !self->before_copy_())
+    return RAFT_IOERR;
   return self->copy_pinned(bufs, n) ? 0 : RAFT_IOERR;
 }
 

@@ -79,8 +79,9 @@ public:
 
   /// Tests only: runs in libuv's thread pool before each snapshot image is
   /// copied (`snapshot_async`), so a test can hold a snapshot in progress
-  /// for as long as it needs, whatever the machine's speed.
-  void before_snapshot_copy(std::function<void()> fn);
+  /// for as long as it needs, whatever the machine's speed; false fails
+  /// the snapshot as a failed copy would.
+  void before_snapshot_copy(std::function<bool()> fn);
 
   /// Bounds libraft's log in memory by bytes as well as by entries: the log
   /// kept between snapshots is `threshold` entries plus `trailing` behind a
@@ -143,7 +144,7 @@ private:
   std::vector<persistence::command_result> results_;
   applied_hook on_applied_;
   std::function<void()> on_restored_;
-  std::function<void()> before_copy_;
+  std::function<bool()> before_copy_;
   uint64_t failures_ = 0;
   uint64_t snapshots_ = 0;
   uint64_t restores_ = 0;

@@ -61,8 +61,9 @@ struct raft_node_options {
   /// 0: never.
   uint32_t repair_after_ms = 10000;
   /// Tests only: runs in libuv's thread pool before each snapshot image is
-  /// copied (see `raft_fsm_adapter::before_snapshot_copy`).
-  std::function<void()> before_snapshot_copy;
+  /// copied; false fails the snapshot (see
+  /// `raft_fsm_adapter::before_snapshot_copy`).
+  std::function<bool()> before_snapshot_copy;
   /// Mutual TLS between the nodes (`tls_transport`); none: plain TCP
   /// (only with `cluster.insecure`).
   std::optional<tls_transport_options> tls;

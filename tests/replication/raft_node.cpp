@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <netinet/in.h>
@@ -85,7 +86,7 @@ struct member_node {
   uint64_t max_log_bytes = 128 * 1024 * 1024;
   uint64_t max_held_bytes = raft_node_options{}.max_held_bytes;
   uint32_t max_hold_ms = raft_node_options{}.max_hold_ms;
-  std::function<void()> before_snapshot_copy;
+  std::function<bool()> before_snapshot_copy;
 
   member_node(uint64_t i) : id(i) {
     address = "127.0.0.1:" + std::to_string(free_port());
@@ -163,19 +164,24 @@ struct snapshot_gate {
   std::mutex mtx;
   std::condition_variable cv;
   bool open = false;
+  bool fail_next = false;
   int waiting = 0;
 
-  void pass() {
+  // False: this snapshot fails.
+  bool pass() {
     std::unique_lock<std::mutex> lock{mtx};
     ++waiting;
     cv.wait(lock, [this] { return open; });
     --waiting;
+    return !std::exchange(fail_next, false);
   }
 
-  void release() {
+  // Lets every snapshot through, failing the next one when asked.
+  void release(bool fail = false) {
     {
       std::lock_guard<std::mutex> lock{mtx};
       open = true;
+      fail_next = fail;
     }
     cv.notify_all();
   }
@@ -217,6 +223,34 @@ std::shared_ptr<outcome> propose(raft_node& r, std::string entry) {
               out->done = true;
             });
   return out;
+}
+
+std::string held_entry(int i) {
+  return big_entry("held" + std::to_string(i), 100 * 1024);
+}
+
+// Proposes entries of about 100 KiB one at a time until one waits (the
+// bound of 2 MiB holds 20); returns its number. The snapshot begins at three
+// quarters of the bound and stays in progress until the gate opens. After
+// every entry, the log is within its bound.
+int fill_until_held(member_node& m,
+                    std::vector<std::shared_ptr<outcome>>& outs) {
+  for (int i = 0; i < 40; ++i) {
+    auto out = propose(*m.raft, held_entry(i));
+    outs.push_back(out);
+    CAF_REQUIRE(wait_for(
+      [&] { return out->done.load() || m.raft->status().held > 0; },
+      5000ms));
+    auto st = m.raft->status();
+    CAF_REQUIRE_LESS_OR_EQUAL(st.log_bytes, m.max_log_bytes);
+    CAF_REQUIRE_LESS_OR_EQUAL(st.log_bytes_peak, m.max_log_bytes);
+    if (st.held > 0) {
+      CAF_MESSAGE("entry " << i << " waits; log bytes " << st.log_bytes);
+      return i;
+    }
+    CAF_REQUIRE_EQUAL(out->status.load(), 0);
+  }
+  return -1;
 }
 
 struct fixture {
@@ -517,43 +551,20 @@ CAF_TEST(the raft log stays within its byte bound while a snapshot is in progres
   m.max_held_bytes = 300 * 1024;
   // Longer than the test: nothing here depends on a wait running out.
   m.max_hold_ms = 600000;
-  m.before_snapshot_copy = [gate] { gate->pass(); };
+  m.before_snapshot_copy = [gate] { return gate->pass(); };
   std::vector<member> voters{{1, m.address}};
   m.start(sys, voters);
   gate_guard guard{gate};
   CAF_REQUIRE(wait_for([&] { return m.ready(); }, 5000ms));
-  auto entry = [](int i) {
-    return big_entry("held" + std::to_string(i), 100 * 1024);
-  };
-  // One entry at a time (about 100 KiB each; the bound holds 20) until one
-  // waits. The snapshot begins at three quarters of the bound and stays in
-  // progress until the gate opens. After every entry the log is within its
-  // bound.
   std::vector<std::shared_ptr<outcome>> outs;
-  int first_held = -1;
-  for (int i = 0; i < 40 && first_held < 0; ++i) {
-    auto out = propose(*m.raft, entry(i));
-    outs.push_back(out);
-    CAF_REQUIRE(wait_for(
-      [&] { return out->done.load() || m.raft->status().held > 0; },
-      5000ms));
-    auto st = m.raft->status();
-    CAF_REQUIRE_LESS_OR_EQUAL(st.log_bytes, m.max_log_bytes);
-    CAF_REQUIRE_LESS_OR_EQUAL(st.log_bytes_peak, m.max_log_bytes);
-    if (st.held > 0)
-      first_held = i;
-    else
-      CAF_REQUIRE_EQUAL(out->status.load(), 0);
-  }
-  CAF_MESSAGE("entry " << first_held << " waits; log bytes "
-                       << m.raft->status().log_bytes);
+  auto first_held = fill_until_held(m, outs);
   CAF_REQUIRE_GREATER_OR_EQUAL(first_held, 15);
   CAF_CHECK_EQUAL(gate->held(), 1);
   // A second entry waits behind it; a third finds the queue full and fails
   // at once: RAFT_BUSY, never proposed.
-  auto second = propose(*m.raft, entry(100));
+  auto second = propose(*m.raft, held_entry(100));
   CAF_REQUIRE(wait_for([&] { return m.raft->status().held == 2; }, 5000ms));
-  auto third = propose(*m.raft, entry(101));
+  auto third = propose(*m.raft, held_entry(101));
   CAF_REQUIRE(wait_for([&] { return third->done.load(); }, 5000ms));
   CAF_CHECK_EQUAL(third->status.load(), RAFT_BUSY);
   // Through the store, a claim that cannot wait is `overloaded` (503 with
@@ -582,6 +593,36 @@ CAF_TEST(the raft log stays within its byte bound while a snapshot is in progres
   CAF_CHECK(has_key(m, "held100"));
   CAF_CHECK(!has_key(m, "held101"));
   CAF_CHECK(!has_key(m, "refused"));
+  m.stop();
+}
+
+// A failed snapshot leaves the log full with nothing in flight: libraft
+// tries again only after applying an entry, none comes, and the waiting
+// entries would wait out `max-hold` for nothing. The leader appends a
+// barrier, an entry libraft applies and then snapshots after.
+CAF_TEST(a failed snapshot does not leave entries waiting for nothing) {
+  auto gate = std::make_shared<snapshot_gate>();
+  member_node m{1};
+  m.max_log_bytes = 2 * 1024 * 1024;
+  m.max_hold_ms = 600000;
+  m.before_snapshot_copy = [gate] { return gate->pass(); };
+  std::vector<member> voters{{1, m.address}};
+  m.start(sys, voters);
+  gate_guard guard{gate};
+  CAF_REQUIRE(wait_for([&] { return m.ready(); }, 5000ms));
+  std::vector<std::shared_ptr<outcome>> outs;
+  auto first_held = fill_until_held(m, outs);
+  CAF_REQUIRE_GREATER_OR_EQUAL(first_held, 15);
+  CAF_REQUIRE_EQUAL(m.raft->status().snapshots, 0u);
+  // The held snapshot fails; the next one passes.
+  gate->release(true);
+  CAF_REQUIRE(wait_for([&] { return outs.back()->done.load(); }, 10000ms));
+  CAF_CHECK_EQUAL(outs.back()->status.load(), 0);
+  auto st = m.raft->status();
+  CAF_CHECK_EQUAL(st.snapshots, 1u);
+  CAF_CHECK_EQUAL(st.held, 0u);
+  CAF_CHECK_LESS_OR_EQUAL(st.log_bytes_peak, m.max_log_bytes);
+  CAF_CHECK(has_key(m, "held" + std::to_string(first_held)));
   m.stop();
 }
 
