@@ -167,7 +167,14 @@ node_config::node_config() {
          "bytes of commands per raft log entry at most")
     .add(max_log_bytes, "max-log-bytes",
          "bytes of raft log entries kept in memory between snapshots at "
-         "most (a snapshot is taken sooner; 0: entry counts only)")
+         "most (a snapshot is taken sooner, and the leader holds new "
+         "entries while the log is full; 0: entry counts only)")
+    .add(max_held_bytes, "max-held-bytes",
+         "bytes of raft entries waiting for room in a full log at most "
+         "(beyond: 503 overloaded, never proposed; 0: none waits)")
+    .add(max_hold, "max-hold",
+         "how long a raft entry waits for room in a full log (then: 503 "
+         "overloaded, never proposed)")
     .add(max_background, "max-background",
          "record transitions retried in the background at most (beyond: "
          "dropped, the record turns in_doubt at its deadline)")
@@ -242,7 +249,8 @@ const std::vector<help_group>& node_config::help_groups() {
      {"cluster.heartbeat-timeout", "cluster.repair-after", "cluster.snapshot-threshold",
       "cluster.snapshot-trailing", "cluster.max-peer-message",
       "cluster.max-outstanding", "cluster.max-entry-bytes",
-      "cluster.max-log-bytes", "cluster.max-background",
+      "cluster.max-log-bytes", "cluster.max-held-bytes", "cluster.max-hold",
+      "cluster.max-background",
       "cluster.max-background-bytes"}},
     {"admin",
      {},
@@ -453,7 +461,8 @@ std::string node_config::validate() const {
                   span_rule{"alarm.max-interval", alarm_max_interval, false},
                   span_rule{"cluster.remote-timeout", remote_timeout, false},
                   span_rule{"cluster.leader-wait", leader_wait, true},
-                  span_rule{"cluster.repair-after", repair_after, true}})
+                  span_rule{"cluster.repair-after", repair_after, true},
+                  span_rule{"cluster.max-hold", max_hold, true}})
     if (r.value < caf::timespan::zero()
         || (!r.zero_ok && r.value == caf::timespan::zero()))
       return std::string{r.name}
@@ -499,6 +508,13 @@ std::string node_config::validate() const {
       return "cluster.election-timeout must exceed cluster.heartbeat-timeout";
     if (max_outstanding < 1)
       return "cluster.max-outstanding must be positive";
+    // A full entry must fit beside the entries a snapshot keeps behind it
+    // (about a quarter of the bound), or it could wait for nothing.
+    if (max_log_bytes > 0 && max_entry_bytes > max_log_bytes / 4)
+      return "cluster.max-entry-bytes must be at most a quarter of "
+             "cluster.max-log-bytes";
+    if (max_hold > std::chrono::hours(1))
+      return "cluster.max-hold must be at most 1h";
     if (snapshot_threshold < 1)
       return "cluster.snapshot-threshold must be positive";
     if (max_peer_message < 4096 || max_peer_message > (1u << 30))
@@ -846,6 +862,8 @@ node_config::cluster_opts(std::string& error) const {
   res.store.max_pending_bytes = max_pending_bytes;
   res.store.max_entry_bytes = max_entry_bytes;
   res.raft.max_log_bytes = max_log_bytes;
+  res.raft.max_held_bytes = max_held_bytes;
+  res.raft.max_hold_ms = static_cast<uint32_t>(to_ms(max_hold).count());
   res.store.max_outstanding = static_cast<uint32_t>(max_outstanding);
   res.remote_timeout = remote_timeout;
   res.member_sources_only = member_sources_only;

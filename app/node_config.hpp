@@ -222,6 +222,9 @@ public:
   size_t max_background = routed_service_options{}.max_background;
   uint64_t max_entry_bytes = 1024 * 1024;
   uint64_t max_log_bytes = cluster::raft_node_options{}.max_log_bytes;
+  uint64_t max_held_bytes = cluster::raft_node_options{}.max_held_bytes;
+  caf::timespan max_hold = std::chrono::milliseconds(
+    cluster::raft_node_options{}.max_hold_ms);
   size_t max_background_bytes =
     routed_service_options{}.max_background_bytes;
   size_t max_outstanding = 4;

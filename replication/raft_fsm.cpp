@@ -46,6 +46,10 @@ void raft_fsm_adapter::on_restored(std::function<void()> fn) {
   on_restored_ = std::move(fn);
 }
 
+void raft_fsm_adapter::before_snapshot_copy(std::function<bool()> fn) {
+  before_copy_ = std::move(fn);
+}
+
 void raft_fsm_adapter::bound_log(uint64_t max_bytes, unsigned threshold,
                                  unsigned trailing) {
   max_log_bytes_ = max_bytes;
@@ -53,18 +57,35 @@ void raft_fsm_adapter::bound_log(uint64_t max_bytes, unsigned threshold,
   trailing_ = trailing;
 }
 
+void raft_fsm_adapter::snapshot_soon() {
+  if (lowered_ || raft_ == nullptr)
+    return;
+  // libraft takes a snapshot once the entries applied since the last one
+  // reach the threshold, checked after each apply.
+  auto since = raft_last_applied(raft_) - raft_->log.snapshot.last_index;
+  auto threshold = std::clamp<uint64_t>(since, 1, std::max(threshold_, 1u));
+  raft_set_snapshot_threshold(raft_, static_cast<unsigned>(threshold));
+  lowered_ = true;
+  log::cluster()->info("fsm.log_bytes_bound bytes={} entries={}", log_bytes_,
+                       since);
+}
+
+void raft_fsm_adapter::recount_log() {
+  auto& l = raft_->log;
+  auto applied = raft_last_applied(raft_);
+  auto n = l.back >= l.front ? l.back - l.front : l.size - l.front + l.back;
+  uint64_t bytes = 0;
+  for (std::size_t i = 0; i < n && l.offset + 1 + i <= applied; ++i)
+    bytes += l.entries[(l.front + i) % l.size].buf.len;
+  log_bytes_ = bytes;
+  entries_ = applied - l.snapshot.last_index;
+}
+
 void raft_fsm_adapter::adjust_log_bounds() {
   if (max_log_bytes_ == 0 || raft_ == nullptr)
     return;
-  if (!lowered_ && log_bytes_ >= max_log_bytes_ / 4 * 3) {
-    // Snapshot now: libraft takes one once the entries applied since the
-    // last reach the threshold, checked after each apply.
-    raft_set_snapshot_threshold(raft_, static_cast<unsigned>(
-                                         std::max<uint64_t>(entries_, 1)));
-    lowered_ = true;
-    log::cluster()->info("fsm.log_bytes_bound bytes={} entries={}",
-                         log_bytes_, entries_);
-  }
+  if (log_bytes_ >= max_log_bytes_ / 4 * 3)
+    snapshot_soon();
   if (avg_entry_ > 0) {
     auto fits = static_cast<double>(max_log_bytes_ / 4) / avg_entry_;
     auto trailing = static_cast<unsigned>(
@@ -145,6 +166,8 @@ int raft_fsm_adapter::snapshot(::raft_fsm* fsm, ::raft_buffer* bufs[],
 int raft_fsm_adapter::snapshot_async(::raft_fsm* fsm, ::raft_buffer* bufs[],
                                      unsigned* n) {
   auto self = static_cast<raft_fsm_adapter*>(fsm->data);
+  if (self->before_copy_ && !self->before_copy_())
+    return RAFT_IOERR;
   return self->copy_pinned(bufs, n) ? 0 : RAFT_IOERR;
 }
 
@@ -188,16 +211,15 @@ int raft_fsm_adapter::snapshot_finalize(::raft_fsm* fsm, ::raft_buffer* bufs[],
   }
   if (*bufs != nullptr) {
     ++self->snapshots_;
-    // The log now holds the trailing entries only.
-    auto kept = std::min<uint64_t>(self->entries_,
-                                   self->raft_->snapshot.trailing);
-    self->entries_ = 0;
-    self->log_bytes_ = static_cast<uint64_t>(self->avg_entry_
-                                             * static_cast<double>(kept));
+    // libraft trimmed its log to the trailing entries and those applied
+    // after the snapshot's index (all of them when the snapshot was slow):
+    // counted, not estimated. Still past three quarters: another snapshot.
+    self->recount_log();
     if (self->lowered_) {
       raft_set_snapshot_threshold(self->raft_, self->threshold_);
       self->lowered_ = false;
     }
+    self->adjust_log_bounds();
     log::cluster()->debug("fsm.snapshot_done bytes={}", (*bufs)[0].len);
     for (unsigned i = 0; i < *n; ++i)
       raft_free((*bufs)[i].base);
@@ -220,6 +242,11 @@ int raft_fsm_adapter::restore(::raft_fsm* fsm, ::raft_buffer* buf) {
   }
   raft_free(buf->base);
   ++self->restores_;
+  // libraft restores a snapshot into an empty log (at start, or discarding
+  // the whole log to install the leader's): entries applied after it count
+  // again from nothing.
+  self->log_bytes_ = 0;
+  self->entries_ = 0;
   auto applied = self->db_.applied_index();
   log::cluster()->info("fsm.restored bytes={} applied_index={}", image.size(),
                        applied ? *applied : 0);

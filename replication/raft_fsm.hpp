@@ -77,6 +77,12 @@ public:
   /// Sets the hook run after a snapshot replaced the whole database.
   void on_restored(std::function<void()> fn);
 
+  /// Tests only: runs in libuv's thread pool before each snapshot image is
+  /// copied (`snapshot_async`), so a test can hold a snapshot in progress
+  /// for as long as it needs, whatever the machine's speed; false fails
+  /// the snapshot as a failed copy would.
+  void before_snapshot_copy(std::function<bool()> fn);
+
   /// Bounds libraft's log in memory by bytes as well as by entries: the log
   /// kept between snapshots is `threshold` entries plus `trailing` behind a
   /// snapshot, each up to the largest entry, so with large signals a count
@@ -87,8 +93,13 @@ public:
   /// Set once, after `attach`; 0 bytes: counts only.
   void bound_log(uint64_t max_bytes, unsigned threshold, unsigned trailing);
 
-  /// Bytes of the entries applied since the last snapshot (an estimate of
-  /// libraft's in-memory log, trailing part included).
+  /// Makes libraft take a snapshot right after the next entry it applies
+  /// (a barrier will do): lowers the threshold as `bound_log` does.
+  void snapshot_soon();
+
+  /// Bytes of the applied entries in libraft's in-memory log: those applied
+  /// since the last snapshot and the trailing ones it kept (counted anew
+  /// from libraft's log after each snapshot).
   uint64_t log_bytes() const {
     return log_bytes_;
   }
@@ -133,6 +144,7 @@ private:
   std::vector<persistence::command_result> results_;
   applied_hook on_applied_;
   std::function<void()> on_restored_;
+  std::function<bool()> before_copy_;
   uint64_t failures_ = 0;
   uint64_t snapshots_ = 0;
   uint64_t restores_ = 0;
@@ -146,6 +158,8 @@ private:
   bool lowered_ = false;
   // Re-derives libraft's snapshot threshold and trailing from the bytes.
   void adjust_log_bounds();
+  // Counts the applied entries libraft's log still holds.
+  void recount_log();
 };
 
 } // namespace oncegate::cluster

@@ -42,16 +42,6 @@ const char* raft_role_name(int role) {
   return known ? member_role_names[role] : "unknown";
 }
 
-namespace detail {
-
-struct proposal {
-  struct ::raft_apply req;
-  proposal_done done;
-  clock_type::time_point started;
-};
-
-} // namespace detail
-
 namespace {
 
 using detail::clock_type;
@@ -109,6 +99,13 @@ void raft_node::impl::close() {
   // raft_close turns libraft unavailable on purpose; callbacks it runs
   // meanwhile (a barrier's) may still refresh: that is no failure.
   closing = true;
+  // Held entries never reached libraft.
+  while (!held.empty()) {
+    auto p = held.front().p;
+    held_bytes -= held.front().entry.size();
+    held.pop_front();
+    finish(p, RAFT_SHUTDOWN, nullptr);
+  }
   uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
   uv_check_stop(&poll);
   uv_close(reinterpret_cast<uv_handle_t*>(&poll), nullptr);
@@ -139,7 +136,9 @@ void raft_node::impl::refresh() {
   next.last_index = r.last_stored;
   next.apply_failures = adapter->failures();
   next.snapshots = adapter->snapshots();
-  next.log_bytes = adapter->log_bytes();
+  next.log_bytes = log_bytes();
+  next.held = held.size();
+  next.held_bytes = held_bytes;
   // A leader that cannot apply (its disk is full, say) would keep leading
   // while deciding nothing: hand leadership to a voter that can. It keeps
   // retrying as a follower and catches up once it can write again.
@@ -241,6 +240,43 @@ void raft_node::impl::do_propose(std::string& entry,
   p->done = std::move(done);
   p->started = clock_type::now();
   p->req.data = this;
+  auto bound = opts.max_log_bytes;
+  // Back-pressure: the leader admits an entry only while the log, with it,
+  // stays within its byte bound. The log shrinks only when a snapshot
+  // trims it, however long that takes, so the bound holds whatever the
+  // speed of the snapshot; meanwhile entries wait, in order, in a queue
+  // bounded by bytes and time. A follower proposes nothing: libraft
+  // refuses at once (RAFT_NOTLEADER).
+  if (bound == 0 || raft_state(&r) != RAFT_LEADER) {
+    submit(entry, p);
+    return;
+  }
+  if (entry.size() > bound) {
+    refuse(p, RAFT_TOOBIG); // can never fit
+    return;
+  }
+  if (held.empty() && log_bytes() + entry.size() <= bound) {
+    submit(entry, p);
+    return;
+  }
+  if (held_bytes + entry.size() > opts.max_held_bytes) {
+    refuse(p, RAFT_BUSY);
+    return;
+  }
+  if (held.empty()) {
+    held_since = p->started;
+    refused_before = current.refused;
+    log::cluster()->info("raft.backpressure_on log_bytes={} max_log_bytes={} "
+                         "snapshotting={}",
+                         log_bytes(), bound, snapshotting());
+  }
+  held_bytes += entry.size();
+  held.push_back({std::move(entry), p});
+  nudge();
+  publish_load();
+}
+
+void raft_node::impl::submit(std::string& entry, proposal* p) {
   ::raft_buffer buf;
   buf.len = entry.size();
   buf.base = raft_malloc(entry.size());
@@ -258,11 +294,111 @@ void raft_node::impl::do_propose(std::string& entry,
   if (rv != 0) {
     raft_free(buf.base);
     finish(p, rv, nullptr);
+    return;
   }
+  p->bytes = entry.size();
+  in_flight_bytes += p->bytes;
+  current.log_bytes_peak = std::max(current.log_bytes_peak, log_bytes());
+  publish_load();
+}
+
+uint64_t raft_node::impl::log_bytes() const {
+  return adapter->log_bytes() + in_flight_bytes;
+}
+
+bool raft_node::impl::snapshotting() const {
+  // libraft's own marks of a snapshot being taken or installed.
+  return r.snapshot.pending.term != 0 || r.snapshot.put.data != nullptr;
+}
+
+void raft_node::impl::admit_held() {
+  if (held.empty())
+    return;
+  auto now = clock_type::now();
+  auto leading = raft_state(&r) == RAFT_LEADER;
+  auto max_hold = std::chrono::milliseconds(opts.max_hold_ms);
+  while (!held.empty()) {
+    auto& front = held.front();
+    // Not leading: libraft refuses it (RAFT_NOTLEADER), nothing waits.
+    auto fits = !leading
+                || log_bytes() + front.entry.size() <= opts.max_log_bytes;
+    if (!fits && now - front.p->started < max_hold)
+      break;
+    auto entry = std::move(front.entry);
+    auto p = front.p;
+    held.pop_front();
+    held_bytes -= entry.size();
+    if (fits)
+      submit(entry, p);
+    else
+      refuse(p, RAFT_BUSY); // waited its time: never proposed
+  }
+  if (held.empty()) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                now - held_since)
+                .count();
+    log::cluster()->info("raft.backpressure_off log_bytes={} held_ms={} "
+                         "refused={}",
+                         log_bytes(), ms, current.refused - refused_before);
+  } else {
+    nudge();
+  }
+  publish_load();
+}
+
+void raft_node::impl::nudge() {
+  // libraft takes a snapshot only right after applying an entry, once the
+  // FSM lowered its threshold; an entry in flight will do. With none, and
+  // no snapshot under way, the held entries would wait for nothing: a
+  // barrier is an entry. Nothing applied since the last snapshot: a new one
+  // would trim nothing.
+  if (nudge_pending || in_flight_bytes > 0 || snapshotting()
+      || raft_state(&r) != RAFT_LEADER
+      || raft_last_applied(&r) <= r.log.snapshot.last_index)
+    return;
+  adapter->snapshot_soon();
+  nudge_req.data = this;
+  nudge_pending = true;
+  auto rv = raft_barrier(&r, &nudge_req,
+                         [](struct ::raft_barrier* req, int) {
+                           static_cast<impl*>(req->data)->nudge_pending
+                             = false;
+                         });
+  if (rv != 0) {
+    nudge_pending = false;
+    log::cluster()->warn("raft.nudge_failed status={}", raft_strerror(rv));
+  }
+}
+
+void raft_node::impl::refuse(proposal* p, int status) {
+  // First and then every 1000th: under a flood each is a 503 already.
+  auto n = ++current.refused;
+  if (n == 1 || n % 1000 == 0)
+    log::cluster()->warn("raft.proposal_refused reason={} log_bytes={} "
+                         "max_log_bytes={} held_bytes={} max_held_bytes={} "
+                         "refused_total={}",
+                         status == RAFT_BUSY ? "log_bytes_bound" : "too_big",
+                         log_bytes(), opts.max_log_bytes, held_bytes,
+                         opts.max_held_bytes, n);
+  finish(p, status, nullptr);
+  publish_load();
+}
+
+void raft_node::impl::publish_load() {
+  current.log_bytes = log_bytes();
+  current.held = held.size();
+  current.held_bytes = held_bytes;
+  std::lock_guard<std::mutex> lock{status_mtx};
+  published.log_bytes = current.log_bytes;
+  published.log_bytes_peak = current.log_bytes_peak;
+  published.held = current.held;
+  published.held_bytes = current.held_bytes;
+  published.refused = current.refused;
 }
 
 void raft_node::impl::finish(proposal* p, int status, void* result) {
   std::unique_ptr<proposal> guard{p};
+  in_flight_bytes -= p->bytes;
   // Owned by the FSM adapter, valid during this call (see raft_fsm.hpp).
   auto res = static_cast<std::vector<persistence::command_result>*>(result);
   auto secs = std::chrono::duration<double>(clock_type::now() - p->started)
@@ -344,6 +480,8 @@ raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
     x.adapter->on_applied(x.hooks.on_applied);
   if (x.hooks.on_restored)
     x.adapter->on_restored(x.hooks.on_restored);
+  if (x.opts.before_snapshot_copy)
+    x.adapter->before_snapshot_copy(x.opts.before_snapshot_copy);
   if (auto rv = uv_loop_init(&x.loop); rv != 0)
     return make_error(errc::storage_failure,
                       std::string{"uv_loop_init: "} + uv_strerror(rv));
@@ -403,6 +541,7 @@ raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
   uv_check_init(&x.loop, &x.poll);
   uv_check_start(&x.poll, [](uv_check_t* h) {
     auto self = static_cast<impl*>(h->data);
+    self->admit_held();
     self->refresh();
     if (self->close_pending)
       self->close_when_stored();

@@ -41,9 +41,16 @@ struct raft_node_options {
   /// Entries between snapshots, and entries kept behind a snapshot.
   uint32_t snapshot_threshold = 100000;
   uint32_t snapshot_trailing = 8192;
-  /// Bytes of log entries kept in memory between snapshots at most (an
-  /// estimate; see `raft_fsm_adapter::bound_log`); 0: entry counts only.
+  /// Bytes of log entries kept in memory at most (`raft_status::log_bytes`;
+  /// see `raft_fsm_adapter::bound_log`); 0: entry counts only. Held by
+  /// back-pressure: on the leader, a proposal that would take the log past
+  /// it waits until a snapshot trims the log (see `max_held_bytes`).
   uint64_t max_log_bytes = 128 * 1024 * 1024;
+  /// Bytes of entries waiting for room in the log at most: beyond, and
+  /// after `max_hold_ms` of waiting, a proposal fails with `RAFT_BUSY`
+  /// (libraft never saw it). 0: none waits.
+  uint64_t max_held_bytes = 8 * 1024 * 1024;
+  uint32_t max_hold_ms = 2000;
   /// Proposals queued for the Raft thread at most; beyond, `propose` fails
   /// at once with `RAFT_BUSY`.
   uint32_t max_queued = 4096;
@@ -53,6 +60,10 @@ struct raft_node_options {
   /// to another up-to-date voter, whose fresh replication state repairs it.
   /// 0: never.
   uint32_t repair_after_ms = 10000;
+  /// Tests only: runs in libuv's thread pool before each snapshot image is
+  /// copied; false fails the snapshot (see
+  /// `raft_fsm_adapter::before_snapshot_copy`).
+  std::function<bool()> before_snapshot_copy;
   /// Mutual TLS between the nodes (`tls_transport`); none: plain TCP
   /// (only with `cluster.insecure`).
   std::optional<tls_transport_options> tls;
@@ -75,10 +86,17 @@ struct raft_status : raft_progress {
   raft_role role = raft_role::unavailable;
   /// Entries whose application failed (decode or SQLite errors).
   uint64_t apply_failures = 0;
-  /// Snapshots this node took, and the estimated bytes of log entries it
-  /// holds in memory (see `raft_options::max_log_bytes`).
+  /// Snapshots this node took, and the bytes of log entries it holds in
+  /// memory as it accounts them (see `raft_node_options::max_log_bytes`):
+  /// now, and the most right after any proposal was handed to libraft.
   uint64_t snapshots = 0;
   uint64_t log_bytes = 0;
+  uint64_t log_bytes_peak = 0;
+  /// Proposals waiting for room in the log, their bytes, and proposals
+  /// refused by back-pressure (never proposed) since the start.
+  uint64_t held = 0;
+  uint64_t held_bytes = 0;
+  uint64_t refused = 0;
   /// The configuration: members and their roles (RAFT_VOTER, ...).
   std::vector<std::pair<member, int>> members;
 };
@@ -141,8 +159,11 @@ public:
 
   /// Proposes one encoded batch (`persistence::encode_batch`). `done` runs
   /// on the Raft thread once the entry was applied locally or failed:
-  /// `RAFT_NOTLEADER` (nothing happened) or `RAFT_LEADERSHIPLOST` (the entry
-  /// may still commit: the outcome is unknown).
+  /// `RAFT_NOTLEADER` (nothing happened), `RAFT_BUSY` (never proposed: the
+  /// queue to the Raft thread is full, or the log is at its byte bound and
+  /// the entry could not wait, see `max_held_bytes`), `RAFT_TOOBIG` (never
+  /// proposed: larger than `max_log_bytes`) or `RAFT_LEADERSHIPLOST` (the
+  /// entry may still commit: the outcome is unknown).
   void propose(std::string entry, proposal_done done);
 
   /// Membership changes and leadership transfer; `done` gets libraft's

@@ -34,8 +34,21 @@ namespace detail {
 
 using clock_type = std::chrono::steady_clock;
 
-/// One proposal in flight (raft_node.cpp).
-struct proposal;
+/// One proposal: held (waiting for room in the log) or in flight.
+struct proposal {
+  struct ::raft_apply req;
+  proposal_done done;
+  clock_type::time_point started;
+  /// Bytes of the entry once libraft has it (counted in `in_flight_bytes`
+  /// until its callback runs).
+  std::size_t bytes = 0;
+};
+
+/// A proposal waiting for the log to shrink below its byte bound.
+struct held_proposal {
+  std::string entry;
+  proposal* p;
+};
 
 } // namespace detail
 
@@ -72,6 +85,22 @@ struct raft_node::impl {
   std::atomic<uint64_t> brief_leader{0};
   std::atomic<bool> brief_ready{false};
 
+  // Back-pressure on the log's byte bound (raft_node.cpp, `admit`).
+  /// Bytes of entries libraft accepted from `raft_apply` whose callback has
+  /// not run yet (they are in its log, not applied: the FSM does not count
+  /// them yet).
+  uint64_t in_flight_bytes = 0;
+  /// Proposals waiting for room, oldest first, and their entries' bytes.
+  std::deque<detail::held_proposal> held;
+  uint64_t held_bytes = 0;
+  /// The barrier that makes libraft check for a snapshot (`nudge`).
+  struct ::raft_barrier nudge_req;
+  bool nudge_pending = false;
+  /// The current episode of back-pressure: since when, and the refusals
+  /// counted before it.
+  detail::clock_type::time_point held_since;
+  uint64_t refused_before = 0;
+
   // Raft-thread view (no lock needed on the thread).
   raft_status current;
   uint64_t ready_term = 0;
@@ -105,6 +134,7 @@ struct raft_node::impl {
     std::memset(&io, 0, sizeof(io));
     std::memset(&r, 0, sizeof(r));
     std::memset(&barrier, 0, sizeof(barrier));
+    std::memset(&nudge_req, 0, sizeof(nudge_req));
     std::memset(&transfer, 0, sizeof(transfer));
   }
 
@@ -119,6 +149,24 @@ struct raft_node::impl {
   /// Reads libraft's state; publishes and reports changes.
   void refresh();
   void do_propose(std::string& entry, proposal_done& done);
+  /// Hands the entry to libraft (`raft_apply`).
+  void submit(std::string& entry, detail::proposal* p);
+  /// The bytes of libraft's log as the node accounts them: entries applied
+  /// and still kept (the FSM's count) plus those in flight.
+  uint64_t log_bytes() const;
+  /// Whether libraft is taking or installing a snapshot.
+  bool snapshotting() const;
+  /// Submits held proposals that fit now, in order; fails those that
+  /// waited `max_hold_ms`; called after every loop turn.
+  void admit_held();
+  /// Over the bound with no snapshot under way and nothing in flight: makes
+  /// libraft take one.
+  void nudge();
+  /// Fails a proposal that libraft never saw with `status` (RAFT_BUSY: the
+  /// log is at its bound).
+  void refuse(detail::proposal* p, int status);
+  /// Publishes the log's bytes and what is held.
+  void publish_load();
   void finish(detail::proposal* p, int status, void* result);
 
   // -- on the Raft thread: raft_membership.cpp -------------------------------

@@ -26,8 +26,10 @@ caf::error proposal_error(int status) {
     case RAFT_LEADERSHIPLOST:
       return make_error(errc::leadership_lost,
                         "leadership lost; the entry may still commit");
-    case RAFT_BUSY:
-      return make_error(errc::overloaded, "raft proposal queue full");
+    case RAFT_BUSY: // never proposed (see `raft_node::propose`)
+      return make_error(errc::overloaded,
+                        "raft log at its byte bound or proposal queue full; "
+                        "not proposed");
     default:
       return make_error(errc::commit_failed,
                         std::string{"raft: "} + raft_strerror(status));
@@ -44,7 +46,9 @@ raft_sink::raft_sink(std::shared_ptr<raft_node> raft,
     clock_(std::move(now)) {
   traits_.max_in_flight = std::max<uint32_t>(opts.max_outstanding, 1);
   // Bounded by bytes as well as by count: libraft keeps each entry in
-  // memory until a snapshot covers it (see `raft_options::max_log_bytes`).
+  // memory until a snapshot covers it (see
+  // `raft_node_options::max_log_bytes`, whose back-pressure holds these
+  // entries or refuses them as `overloaded`).
   traits_.max_batch_bytes = opts.max_entry_bytes;
   traits_.commit_on_exit = false;
 }

@@ -30,7 +30,9 @@ struct replicated_store_options : persistence::store_actor_options {
 /// failed). Claims and purges carry the leader's batch clock.
 ///
 /// Batches fail with `errc::not_leader` when this node is not the leader
-/// (nothing happened; a follower proposes nothing) and with
+/// (nothing happened; a follower proposes nothing), with `errc::overloaded`
+/// when the Raft log is at its byte bound and the entry could not wait for
+/// a snapshot to trim it (never proposed: see `raft_node::propose`), and with
 /// `errc::leadership_lost` when leadership moved while the entry was in
 /// flight (it may still commit: outcome unknown; a claim retried with the
 /// same request id finds its own record). Commands still queued when the

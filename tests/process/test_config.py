@@ -172,6 +172,23 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(code, 2, text)
         self.assertIn("cluster.id 4 is not among cluster.peers", text)
 
+    def test_raft_entries_must_fit_the_log_byte_bound(self):
+        # An entry larger than what a snapshot leaves room for would wait
+        # for room that never comes (back-pressure on the raft log).
+        cluster = ('[cluster]\nid=1\ninsecure=true\n'
+                   'peers=["1=127.0.0.1:7101,127.0.0.1:7201"]\n')
+        code, text = self.run_node(cluster + 'max-log-bytes=2000000\n'
+                                   'max-entry-bytes=1000000\n')
+        self.assertEqual(code, 2, text)
+        self.assertIn("cluster.max-entry-bytes must be at most a quarter of "
+                      "cluster.max-log-bytes", text)
+        code, text = self.run_node(cluster + 'max-hold=2h\n')
+        self.assertEqual(code, 2, text)
+        self.assertIn("cluster.max-hold must be at most 1h", text)
+        code, text = self.run_node(cluster + 'max-hold=-1s\n')
+        self.assertEqual(code, 2, text)
+        self.assertIn("cluster.max-hold must not be negative", text)
+
     def test_a_cluster_needs_tls_or_an_explicit_insecure(self):
         peers = 'peers=["1=127.0.0.1:7101,127.0.0.1:7201"]\n'
         code, text = self.run_node('[cluster]\nid=1\n' + peers)
