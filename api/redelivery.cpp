@@ -7,6 +7,7 @@
 #include "api/idempotency_key.hpp"
 #include "api/url.hpp"
 #include "common/logging.hpp"
+#include "common/mutant.hpp"
 
 namespace oncegate::gateway {
 
@@ -260,7 +261,10 @@ void redelivery::settle(const record& rec, const route_config& route,
                     : "Content-Type: " + res.content_type;
     upd.response = res.body;
   } else if (res.outcome == upstream_result::kind::response
-             && res.status == 404) {
+             && (res.status == 404
+                 || (res.status >= 400 && res.status < 500
+                     // mutant: any 4xx read as "absent"
+                     && ONCEGATE_MUTANT("reconcile-4xx-absent")))) {
     // It certainly does not: deliver it now, once, through the queue.
     verdict = "absent";
     upd.op = transition::requeue;

@@ -298,6 +298,8 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
             // executed"): then the forward must not begin. Once it has,
             // the timeout's answer is "in doubt".
             if (deadline
+                // mutant: the forward begins whatever the sender heard
+                && !ONCEGATE_MUTANT("forward-after-timeout")
                 && !deadline->begin_effect(
                   forward_timed_out_response(job->key))) {
               metrics_.count(idx, outcome::unavailable);

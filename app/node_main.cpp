@@ -5,7 +5,10 @@
 #include <atomic>
 #include <csignal>
 #include <malloc.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -289,25 +292,10 @@ void print_long_help(const node_config& cfg, const std::string& version) {
   print(false);
 }
 
-// `--backup-to=FILE`: copies the database of `data-dir` (running node or
-// not) into FILE through a read-only connection.
-int backup(const node_config& cfg) {
-  auto opts = cfg.node_opts().store;
-  opts.path = (std::filesystem::path{cfg.data_dir} / "oncegate.db").string();
-  // The reader would copy what SQLite reads of a damaged WAL without a word
-  // (a stopped node's; a running node checked its own at start).
-  auto wal = persistence::check_wal(opts.path);
-  if (!wal) {
-    std::cerr << "oncegate: backup failed: " << describe(wal.error()) << '\n';
-    return 1;
-  }
-  if (wal->loss) {
-    std::cerr << "oncegate: backup refused: "
-              << persistence::describe_wal_loss(opts.path, *wal)
-              << "; a backup would lack them (docs/operations.md, \"A "
-                 "damaged WAL\")\n";
-    return exit_wal_damaged;
-  }
+// Copies the database at `opts.path` into `cfg.backup_to` in one read
+// transaction and says what the copy holds.
+int copy_database(const node_config& cfg,
+                  const persistence::store_options& opts) {
   auto db = persistence::sqlite_store::open_reader(opts);
   if (!db) {
     std::cerr << "oncegate: backup failed: " << describe(db.error()) << '\n';
@@ -331,6 +319,44 @@ int backup(const node_config& cfg) {
             << " records, applied index " << *applied
             << ")\n";
   return 0;
+}
+
+// Whether a node runs on `dir`: it holds the data dir's lock
+// (`oncegate.lock`, actors/node.cpp) for as long as it lives.
+bool node_running(const std::string& dir) {
+  auto path = (std::filesystem::path{dir} / "oncegate.lock").string();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return false;
+  bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd); // drops our shared lock, if we got it
+  return held;
+}
+
+// `--backup-to=FILE`: copies the database of `data-dir` (running node or
+// not) into FILE through a read-only connection.
+int backup(const node_config& cfg) {
+  auto opts = cfg.node_opts().store;
+  opts.path = (std::filesystem::path{cfg.data_dir} / "oncegate.db").string();
+  // The reader would copy what SQLite reads of a damaged WAL without a word.
+  // Only a stopped node's WAL is judged: a running node checked its own at
+  // start, and frames it is writing now read as torn or damaged (a backup
+  // under writes was refused with exit 65: process.backup).
+  if (node_running(cfg.data_dir))
+    return copy_database(cfg, opts);
+  auto wal = persistence::check_wal(opts.path);
+  if (!wal) {
+    std::cerr << "oncegate: backup failed: " << describe(wal.error()) << '\n';
+    return 1;
+  }
+  if (wal->loss) {
+    std::cerr << "oncegate: backup refused: "
+              << persistence::describe_wal_loss(opts.path, *wal)
+              << "; a backup would lack them (docs/operations.md, \"A "
+                 "damaged WAL\")\n";
+    return exit_wal_damaged;
+  }
+  return copy_database(cfg, opts);
 }
 
 } // namespace

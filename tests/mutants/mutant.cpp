@@ -31,7 +31,8 @@ const char* const* known() {
     "ignore-commit-result", "grant-on-mismatch", "answer-before-majority",
     "drop-request-id",   "connect-timeout-in-doubt", "tls-handshake-in-doubt",
     "skip-key-reset",
-    "log-request-body",  nullptr};
+    "log-request-body",  "reconcile-4xx-absent", "forward-after-timeout",
+    nullptr};
   return names;
 }
 

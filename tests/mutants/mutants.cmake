@@ -65,3 +65,13 @@ oncegate_mutant_killed_by(skip-key-reset -- @python -m unittest
 # while its answer was lost is taken for a stranger's (409, stranded).
 oncegate_mutant_killed_by(drop-request-id -- @python -m unittest
   test_cluster_faults.FaultsTest.test_a_claim_committed_while_its_answer_was_lost_is_ours)
+
+# A reconcile URL's 4xx other than 404 (429, 401, 403, 410) read as "the
+# order is absent": the in-doubt key is delivered a second time.
+oncegate_mutant_killed_by(reconcile-4xx-absent -- @python -m unittest
+  test_delivery.DeliveryTest.test_only_a_404_of_the_reconcile_url_means_absent)
+
+# The forward begins after the response timeout answered 503 ("nothing
+# executed"): the upstream executes a signal its sender was told failed.
+oncegate_mutant_killed_by(forward-after-timeout -- @python -m unittest
+  test_limits.ResponseTimeoutTest.test_a_503_past_the_response_timeout_means_nothing_was_forwarded)
