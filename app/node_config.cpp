@@ -142,11 +142,11 @@ node_config::node_config() {
          "PEM file of this node's certificate (names node-ID.oncegate)")
     .add(cluster_tls_key, "tls-key", "PEM file of this node's private key")
     .add(member_sources_only, "member-sources-only",
-         "with TLS, refuse connections to the CAF port from addresses that "
+         "refuse connections to the node link's port from addresses that "
          "are no member's before any handshake (off behind NAT)")
     .add(max_peer_message, "max-peer-message",
-         "with TLS, the largest message in bytes another node may send on "
-         "the CAF port (larger: the connection is refused)")
+         "the largest frame in bytes another node may send on the node "
+         "link (larger: the connection is closed)")
     .add(cluster_insecure, "insecure",
          "talk to the other nodes in plain text, without authentication "
          "(anyone who reaches the ports controls the cluster)")
@@ -234,14 +234,14 @@ const std::vector<help_group>& node_config::help_groups() {
     {"cluster",
      {},
      {{"cluster.id", "this node's id (0: a single node)"},
-      {"cluster.peers", "every node: \"ID=RAFT_HOST:PORT,CAF_HOST:PORT\""},
+      {"cluster.peers", "every node: \"ID=HOST:PORT\" (its node link)"},
       {"cluster.initial", "voters that bootstrap (default: every peer)"},
       {"cluster.join", "join an existing cluster instead"},
       {"cluster.tls-ca", "PEM of the cluster CA"},
       {"cluster.tls-certificate", "PEM of this node (node-ID.oncegate)"},
       {"cluster.tls-key", "PEM key of this node"},
       {"cluster.insecure", "plain text between the nodes (warned)"},
-      {"cluster.member-sources-only", "refuse non-members on the CAF port"},
+      {"cluster.member-sources-only", "refuse non-members on the link port"},
       {"cluster.election-timeout", "raft election timeout"},
       {"cluster.leader-wait", "look for a ready leader (503 beyond)"},
       {"cluster.max-clock-offset", "not ready beyond this clock offset"},
@@ -866,14 +866,17 @@ node_config::cluster_opts(std::string& error) const {
   res.raft.max_hold_ms = static_cast<uint32_t>(to_ms(max_hold).count());
   res.store.max_outstanding = static_cast<uint32_t>(max_outstanding);
   res.remote_timeout = remote_timeout;
-  res.member_sources_only = member_sources_only;
-  res.max_peer_message = static_cast<uint32_t>(max_peer_message);
+  res.bridge_actors = gateway_actors;
+  res.raft.link.member_sources_only = member_sources_only;
+  res.raft.link.max_frame_bytes = static_cast<uint32_t>(max_peer_message);
+  res.raft.link.max_served_bytes = std::max<uint64_t>(
+    res.raft.link.max_served_bytes, res.raft.link.max_frame_bytes);
   if (cluster_tls()) {
-    cluster::tls_transport_options tls;
+    link::tls_files tls;
     tls.ca_file = cluster_tls_ca;
     tls.cert_file = cluster_tls_certificate;
     tls.key_file = cluster_tls_key;
-    res.raft.tls = std::move(tls);
+    res.raft.link.tls = std::move(tls);
   }
   return res;
 }

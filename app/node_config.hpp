@@ -237,8 +237,8 @@ public:
   std::string cluster_tls_key;
   /// Run the cluster in plain text (warned at every start).
   bool cluster_insecure = false;
-  bool member_sources_only = cluster::cluster_options{}.member_sources_only;
-  size_t max_peer_message = cluster::cluster_options{}.max_peer_message;
+  bool member_sources_only = link::options{}.member_sources_only;
+  size_t max_peer_message = link::options{}.max_frame_bytes;
   /// Beyond this offset from the cluster's clock a node is not ready and
   /// answers signed deliveries it refuses only for their age with 503.
   caf::timespan max_clock_offset = std::chrono::milliseconds(

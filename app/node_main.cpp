@@ -22,7 +22,6 @@
 #include <thread>
 
 #include <caf/actor_system.hpp>
-#include <caf/io/middleman.hpp>
 
 #include "actors/node.hpp"
 #include "routing/cluster_node.hpp"
@@ -479,18 +478,6 @@ int run_node(int argc, char** argv, const run_options& ro) {
     print_effective(cfg);
     return 0;
   }
-  if (copts) {
-    cfg.load<caf::io::middleman>();
-    if (auto err = cluster::prepare_peer_tls(cfg, *copts)) {
-      std::cerr << "oncegate: " << describe(err) << '\n';
-      return 2;
-    }
-    // A hung peer (SIGSTOP, a frozen VM) is detected only with heartbeats.
-    cfg.set("middleman.heartbeat-interval",
-            caf::timespan{std::chrono::milliseconds(200)});
-    cfg.set("middleman.connection-timeout",
-            caf::timespan{std::chrono::seconds(1)});
-  }
   if (auto problem = log::init(cfg.log_opts()); !problem.empty()) {
     std::cerr << "oncegate: bad configuration: " << problem << '\n';
     return 2;
@@ -503,11 +490,6 @@ int run_node(int argc, char** argv, const run_options& ro) {
                          "cluster ports can release keys and take over the "
                          "cluster (set cluster.tls-*, docs/cluster.md)");
   caf::actor_system sys{cfg};
-  if (copts)
-    if (auto err = cluster::check_peer_tls(sys, *copts)) {
-      log::cluster()->critical("node.start_failed error={}", describe(err));
-      return 1;
-    }
   // One clock for the whole node (see `node_clock`).
   auto node_time = std::make_shared<node_clock>();
   auto clock = read_clock(node_time);
@@ -567,7 +549,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
     }
     clustered = std::move(*n);
     raft_ref->store(clustered->raft.get(), std::memory_order_release);
-    service = make_routed_service(sys, *clustered, cfg.service_opts());
+    service = make_routed_service(*clustered, cfg.service_opts());
   } else {
     auto nopts = cfg.node_opts();
     nopts.store_actor.in_flight_deadline_ms = in_flight_deadline;
@@ -649,11 +631,9 @@ int run_node(int argc, char** argv, const run_options& ro) {
     clustered->shutdown();
   log::gateway()->info("node.stopped");
   // What remains is the actor system's teardown. Everything acknowledged is
-  // durable by now. The hang it once had (a down message holding the
-  // detached store, stranded in the BASP broker's mailbox) is gone: only
-  // the front answers other nodes (routing/cluster_node.cpp, `relay`). The
-  // watchdog stays as a last resort; its log line is counted by the tests
-  // (process.shutdown, process.cluster), which expect none.
+  // durable by now. The watchdog stays as a last resort; its log line is
+  // counted by the tests (process.shutdown, process.cluster), which expect
+  // none.
   std::thread{[exit_code, grace = cfg.shutdown_grace] {
     std::this_thread::sleep_for(grace);
     log::gateway()->critical("node.exit_forced after={}ms",

@@ -1,7 +1,7 @@
 #include "replication/raft_node.hpp"
 
 // The Raft node's loop (raft_node_impl.hpp): start (libraft over its
-// transport, plain TCP or tls_transport, on its own libuv thread) and
+// transport, the node link, on its own libuv thread) and
 // stop, the queue other threads post to, proposals, and reading libraft's
 // state after every loop turn (roles, the barrier of a new leader, the
 // step-down of a leader that cannot apply), published for other threads.
@@ -115,10 +115,7 @@ void raft_node::impl::close() {
   raft_close(&r, [](::raft* r) {
     auto self = static_cast<impl*>(r->data);
     raft_uv_close(&self->io);
-    if (self->opts.tls)
-      tls_transport_close(&self->transport);
-    else
-      raft_uv_tcp_close(&self->transport);
+    link::close(&self->transport);
   });
 }
 
@@ -201,6 +198,10 @@ void raft_node::impl::refresh() {
                    std::memory_order_release);
   brief_leader.store(current.leader_id, std::memory_order_release);
   brief_ready.store(current.leader_ready, std::memory_order_release);
+  brief_linked.store(current.leader_id != 0 && current.leader_id != opts.id
+                       && !closing
+                       && link::connected(&transport, current.leader_id),
+                     std::memory_order_release);
   if (!changed)
     return;
   log::cluster()->info("raft.state role={} term={} leader={} ready={}",
@@ -436,10 +437,63 @@ raft_node::raft_node(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
   // nop
 }
 
-tls_transport_stats raft_node::transport_stats() const {
-  if (!impl_->opts.tls)
-    return {};
-  return tls_transport_stats_of(&impl_->transport);
+link::link_stats raft_node::link_stats() const {
+  return link::stats_of(&impl_->transport);
+}
+
+bool raft_node::leader_linked() const {
+  return impl_->brief_linked.load(std::memory_order_acquire);
+}
+
+void raft_node::ask(uint64_t peer, link::request req,
+                    std::chrono::milliseconds timeout, link::answer_fn done) {
+  auto self = impl_.get();
+  auto kind = req.kind;
+  auto shared = std::make_shared<link::answer_fn>(std::move(done));
+  auto ok = self->post(
+    [self, peer, req = std::move(req), timeout, shared]() mutable {
+      if (self->closing) {
+        link::answer res;
+        res.kind = req.kind;
+        res.error = errc::not_leader;
+        res.detail = "this node stops";
+        (*shared)(std::move(res));
+        return;
+      }
+      link::ask(&self->transport, peer, std::move(req), timeout,
+                std::move(*shared));
+    },
+    true);
+  if (!ok) {
+    link::answer res;
+    res.kind = kind;
+    res.error = errc::overloaded;
+    res.detail = "the queue to the Raft thread is full (or the node stops)";
+    (*shared)(std::move(res));
+  }
+}
+
+void raft_node::serve(
+  std::function<void(const link::served&, link::request)> fn) {
+  auto self = impl_.get();
+  self->post(
+    [self, fn = std::move(fn)]() mutable {
+      if (!self->closing)
+        link::set_server(&self->transport, std::move(fn));
+    },
+    false);
+}
+
+void raft_node::reply(const link::served& to, link::answer ans) {
+  auto self = impl_.get();
+  // Unbounded: an answer is owed (its request was admitted within the
+  // link's own bounds); dropped only when the node stops.
+  self->post(
+    [self, to, ans = std::move(ans)]() mutable {
+      if (!self->closing)
+        link::reply(&self->transport, to, std::move(ans));
+    },
+    false);
 }
 
 raft_node::~raft_node() {
@@ -487,14 +541,11 @@ raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
                       std::string{"uv_loop_init: "} + uv_strerror(rv));
   // Anything failing below leaves a loop with handles behind; the process
   // exits on a failed start, so only the loop itself matters.
-  if (x.opts.tls) {
+  {
     std::string error;
-    if (auto rv = tls_transport_init(&x.transport, &x.loop, *x.opts.tls,
-                                     error);
+    if (auto rv = link::init(&x.transport, &x.loop, x.opts.link, error);
         rv != 0)
-      return make_error(errc::invalid_argument, "raft tls: " + error);
-  } else if (auto rv = raft_uv_tcp_init(&x.transport, &x.loop); rv != 0) {
-    return fail("transport", rv);
+      return make_error(errc::invalid_argument, "cluster link: " + error);
   }
   if (auto rv = raft_uv_init(&x.io, &x.loop, x.opts.dir.c_str(),
                              &x.transport);

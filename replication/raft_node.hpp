@@ -12,7 +12,7 @@
 #include "common/raft_progress.hpp"
 #include "persistence/command.hpp"
 #include "persistence/sqlite_store.hpp"
-#include "replication/tls_transport.hpp"
+#include "link/node_link.hpp"
 
 namespace oncegate::cluster {
 
@@ -64,9 +64,9 @@ struct raft_node_options {
   /// copied; false fails the snapshot (see
   /// `raft_fsm_adapter::before_snapshot_copy`).
   std::function<bool()> before_snapshot_copy;
-  /// Mutual TLS between the nodes (`tls_transport`); none: plain TCP
-  /// (only with `cluster.insecure`).
-  std::optional<tls_transport_options> tls;
+  /// The node link (mutual TLS unless `link.tls` is empty: only with
+  /// `cluster.insecure`), Raft's transport and the nodes' requests.
+  link::options link;
 };
 
 /// Role of a node, as last polled.
@@ -185,8 +185,29 @@ public:
   /// Role, leader and readiness (thread-safe, lock-free).
   raft_brief brief() const;
 
-  /// The TLS transport's counters (all zero over plain TCP). Thread-safe.
-  tls_transport_stats transport_stats() const;
+  /// Sends `req` to node `peer` over its link; `done` runs exactly once on
+  /// the Raft thread (hand it over, never block): the peer's answer, or
+  /// `not_leader` (no link: nothing sent), `timeout` or `leadership_lost`
+  /// (the outcome is unknown), `overloaded` (the queue to the Raft thread
+  /// is full: nothing sent). Thread-safe.
+  void ask(uint64_t peer, link::request req,
+           std::chrono::milliseconds timeout, link::answer_fn done);
+
+  /// Serves other nodes' requests from now on (until then they are
+  /// answered `not_leader`): `fn` runs on the Raft thread for each (hand it
+  /// over, never block) and each is answered exactly once with `reply`.
+  /// Thread-safe.
+  void serve(std::function<void(const link::served&, link::request)> fn);
+
+  /// Answers a request `serve`'s function was given. Thread-safe.
+  void reply(const link::served& to, link::answer ans);
+
+  /// Whether the link to the leader (another node) was open when last
+  /// polled. Thread-safe, lock-free.
+  bool leader_linked() const;
+
+  /// The link's counters. Thread-safe.
+  link::link_stats link_stats() const;
 
   /// This node's id.
   uint64_t id() const;

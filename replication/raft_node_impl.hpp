@@ -84,6 +84,7 @@ struct raft_node::impl {
   std::atomic<uint8_t> brief_role{0};
   std::atomic<uint64_t> brief_leader{0};
   std::atomic<bool> brief_ready{false};
+  std::atomic<bool> brief_linked{false};
 
   // Back-pressure on the log's byte bound (raft_node.cpp, `admit`).
   /// Bytes of entries libraft accepted from `raft_apply` whose callback has

@@ -1,10 +1,15 @@
 #include "routing/cluster_node.hpp"
 
+// A cluster node: its start (the replicated store, Raft with the node link,
+// the actors), the one path of a request at this node's actors
+// (`call_locally`, for its own gateway and for the other nodes, whose
+// requests arrive on the link and are checked by `refusal` first), and the
+// doubt of what an earlier run of this node left in flight.
+
 #include <algorithm>
 #include <filesystem>
 #include <limits>
-#include <set>
-#include <system_error>
+#include <mutex>
 #include <utility>
 
 extern "C" {
@@ -12,54 +17,24 @@ extern "C" {
 }
 
 #include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
-#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/event_based_actor.hpp>
-#include <caf/exit_reason.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/io/middleman_actor.hpp>
-#include <caf/openssl/manager.hpp>
-#include <caf/openssl/publish.hpp>
+#include <caf/sec.hpp>
 #include <caf/send.hpp>
-#include <caf/stateful_actor.hpp>
 
 #include "common/errc.hpp"
-#include "common/mutant.hpp"
 #include "common/logging.hpp"
-#include "routing/peer_tls.hpp"
+#include "common/mutant.hpp"
 
 namespace oncegate::cluster {
 
-namespace {
-
-// A membership change finished on the Raft thread; the front answers.
-struct change_outcome {
-  caf::response_promise rp;
-  int status = 0;
-  uint64_t leader = 0;
-  bool is_transfer = false;
-  /// A removed node (its in-flight records are doubted afterwards).
-  uint64_t removed = 0;
-};
-
-} // namespace
-
-} // namespace oncegate::cluster
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(oncegate::cluster::change_outcome)
-
-namespace oncegate::cluster {
-
-// -- peers --------------------------------------------------------------------
+// -- peers ----------------------------------------------------------------------
 
 namespace {
 
-bool parse_host_port(const std::string& text, std::string& host,
-                     uint16_t& port) {
+bool parse_host_port(const std::string& text) {
   auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
     return false;
-  host = text.substr(0, colon);
   uint32_t value = 0;
   for (auto c : text.substr(colon + 1)) {
     if (c < '0' || c > '9')
@@ -68,21 +43,17 @@ bool parse_host_port(const std::string& text, std::string& host,
     if (value > 65535)
       return false;
   }
-  if (value == 0)
-    return false;
-  port = static_cast<uint16_t>(value);
-  return true;
+  return value != 0;
 }
 
 } // namespace
 
-peer parse_peer(const std::string& text, std::string& error) {
+peer parse_peer(const std::string& text, std::string& error, bool* legacy) {
   peer result;
   error.clear();
   auto eq = text.find('=');
-  auto comma = text.find(',');
-  if (eq == std::string::npos || comma == std::string::npos || comma < eq) {
-    error = "expected ID=RAFT_HOST:PORT,CAF_HOST:PORT, got '" + text + "'";
+  if (eq == std::string::npos) {
+    error = "expected ID=HOST:PORT, got '" + text + "'";
     return result;
   }
   auto id_text = text.substr(0, eq);
@@ -94,83 +65,81 @@ peer parse_peer(const std::string& text, std::string& error) {
     return result;
   }
   result.id = std::stoull(id_text);
-  result.raft_address = text.substr(eq + 1, comma - eq - 1);
-  std::string raft_host;
-  uint16_t raft_port = 0;
-  if (!parse_host_port(result.raft_address, raft_host, raft_port)) {
-    error = "bad raft address in '" + text + "'";
+  auto comma = text.find(',', eq);
+  result.raft_address = text.substr(eq + 1, comma == std::string::npos
+                                              ? std::string::npos
+                                              : comma - eq - 1);
+  if (!parse_host_port(result.raft_address)) {
+    error = "bad address in '" + text + "'";
     return result;
   }
-  if (!parse_host_port(text.substr(comma + 1), result.host, result.port)) {
-    error = "bad CAF address in '" + text + "'";
-    return result;
+  if (comma != std::string::npos) {
+    // ID=RAFT,CAF of the builds before the node link: the CAF address is
+    // checked (a typo stays an error) and ignored.
+    if (!parse_host_port(text.substr(comma + 1))) {
+      error = "bad second address in '" + text + "'";
+      return result;
+    }
+    if (legacy != nullptr)
+      *legacy = true;
   }
   return result;
 }
 
-peer_links::peer_links(caf::actor_system& sys, std::vector<peer> peers,
-                       caf::timespan timeout, bool tls)
-  : sys_(sys), peers_(std::move(peers)), timeout_(timeout), tls_(tls) {
-  // nop
-}
-
-const peer* peer_links::find(uint64_t id) const {
-  for (auto& p : peers_)
-    if (p.id == id)
-      return &p;
-  return nullptr;
-}
-
-caf::actor peer_links::get(caf::event_based_actor* self, uint64_t id) {
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    if (auto i = links_.find(id); i != links_.end())
-      return i->second;
-    if (!connecting_.insert(id).second)
-      return {};
+const char* refusal(const link::request& req, const std::vector<peer>& peers) {
+  auto known = [&](uint64_t id) {
+    return id != 0
+           && std::any_of(peers.begin(), peers.end(),
+                          [id](const peer& p) { return p.id == id; });
+  };
+  switch (req.kind) {
+    case link::op::claim:
+      if (auto why = malformed(req.claim))
+        return why;
+      if (req.claim.owner != 0 && !known(req.claim.owner))
+        return "owner is no member";
+      return nullptr;
+    case link::op::update:
+      return malformed(req.update);
+    case link::op::lookup:
+      return malformed_key(req.route, req.key);
+    case link::op::list:
+      if (req.route.size() > record_bounds::route
+          || req.key.size() > record_bounds::key
+          || static_cast<uint8_t>(req.state)
+               > static_cast<uint8_t>(record_state::failed)
+          || req.limit > record_bounds::list_page)
+        return "bounds";
+      return nullptr;
+    case link::op::doubt:
+      return known(req.node) ? nullptr : "owner is no member";
+    case link::op::add: {
+      auto p = std::find_if(peers.begin(), peers.end(),
+                            [&](const peer& x) { return x.id == req.node; });
+      if (req.node == 0 || p == peers.end()
+          || p->raft_address != req.address)
+        return "not a member of cluster.peers";
+      return nullptr;
+    }
+    case link::op::remove:
+      return req.node == 0 ? "node id 0" : nullptr;
+    case link::op::transfer:
+      return req.node == 0 || known(req.node) ? nullptr
+                                              : "not a member of cluster.peers";
   }
-  auto p = find(id);
-  if (p == nullptr) {
-    std::lock_guard<std::mutex> guard{mtx_};
-    connecting_.erase(id);
-    log::cluster()->warn("cluster.unknown_peer id={}", id);
-    return {};
-  }
-  // Over TLS when the node is (the OpenSSL module is loaded only then).
-  auto mm = tls_ ? sys_.openssl_manager().actor_handle()
-                 : sys_.middleman().actor_handle();
-  self->request(mm, timeout_, caf::connect_atom::value, p->host, p->port)
-    .then(
-      [this, id](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                 const std::set<std::string>&) {
-        std::lock_guard<std::mutex> guard{mtx_};
-        connecting_.erase(id);
-        if (ptr)
-          links_[id] = caf::actor_cast<caf::actor>(std::move(ptr));
-      },
-      [this, id](caf::error& err) {
-        log::cluster()->debug("cluster.connect_failed peer={} error={}", id,
-                              sys_.render(err));
-        std::lock_guard<std::mutex> guard{mtx_};
-        connecting_.erase(id);
-      });
-  return {};
+  return "unknown request";
 }
 
-void peer_links::drop(uint64_t id) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  links_.erase(id);
-}
+// -- the one path of a request at this node -----------------------------------------
 
-// -- the front actor ------------------------------------------------------------
-
-namespace {
-
-struct front_state {
+struct cluster_context {
   node local;
   std::shared_ptr<raft_node> raft;
-  std::shared_ptr<peer_links> links;
+  std::shared_ptr<gateway::actor_bridge> bridge;
+  std::vector<peer> peers;
   uint64_t id = 0;
+  caf::timespan remote_timeout;
+  std::shared_ptr<std::atomic<uint64_t>> refused;
   /// Records in flight that this node's earlier runs claimed (first seen
   /// before this start) are turned into in-doubt through the leader. The
   /// bound is the later of this node's clock at start and just past the
@@ -182,317 +151,262 @@ struct front_state {
   /// turns in-doubt while its forward runs and is completed from there.
   /// Either way nothing executes twice.
   int64_t started_ms = 0;
-  bool doubted = false;
-  caf::timespan remote_timeout;
-  /// Messages refused as malformed (shared with the node's metrics).
-  std::shared_ptr<std::atomic<uint64_t>> refused;
-
-  static inline const char* name = "oncegate.front";
-
-  bool ready() const {
-    return raft->brief().leader_ready;
-  }
+  /// Set once `local` holds the actors (requests from other nodes may
+  /// arrive as soon as Raft runs).
+  std::atomic<bool> serving{false};
 };
 
-using front_pointer = caf::stateful_actor<front_state>*;
+namespace {
 
-caf::error not_leader() {
-  return make_error(errc::not_leader, "this node is not the ready leader");
+link::answer failed(link::op kind, errc code, std::string detail) {
+  link::answer res;
+  res.kind = kind;
+  res.error = code;
+  res.detail = std::move(detail);
+  return res;
+}
+
+// An actor's error as an answer (as `gateway::failure` maps it).
+link::answer failed(caf::event_based_actor* self, link::op kind,
+                    const caf::error& err) {
+  auto code = errc_of(err);
+  if (err == caf::sec::request_timeout)
+    code = errc::timeout;
+  else if (code == errc::none)
+    code = errc::store_unavailable;
+  return failed(kind, code, self->system().render(err));
+}
+
+// Asks `hdl` and answers with `fill(answer, value)`.
+template <class T, class Handle, class Fill, class... Ts>
+void ask_actor(caf::event_based_actor* self, const Handle& hdl, link::op kind,
+               std::function<void(link::answer)> done, Fill fill,
+               Ts&&... xs) {
+  // No timeout: the local node always answers (its store settles every
+  // command; a Raft leader that cannot commit loses leadership and fails
+  // what it holds), and the HTTP response timeout bounds the sender's wait.
+  self->request(hdl, caf::infinite, std::forward<Ts>(xs)...)
+    .then(
+      [kind, done, fill](T& value) {
+        link::answer res;
+        res.kind = kind;
+        fill(res, value);
+        done(std::move(res));
+      },
+      [self, kind, done](caf::error& err) { done(failed(self, kind, err)); });
+}
+
+// Hands a result from the Raft thread back to a bridge actor.
+std::function<void(link::answer)>
+back_to_bridge(const std::shared_ptr<cluster_context>& cx,
+               std::function<void(link::answer)> done) {
+  return [bridge = cx->bridge, done](link::answer ans) {
+    bridge->post([done, ans = std::move(ans)](caf::event_based_actor*) mutable {
+      done(std::move(ans));
+    });
+  };
+}
+
+void doubt_removed(caf::event_based_actor* self,
+                   const std::shared_ptr<cluster_context>& cx, uint64_t id) {
+  // A removed node never comes back to settle what it had in flight: those
+  // records are in doubt now (never re-executed automatically).
+  self
+    ->request(cx->local.store, cx->remote_timeout, doubt_atom::value, id,
+              std::numeric_limits<int64_t>::max())
+    .then(
+      [id](uint64_t n) {
+        log::cluster()->info("cluster.removed_node_doubted id={} count={}", id,
+                             n);
+      },
+      [id](caf::error& err) {
+        log::cluster()->warn("cluster.removed_node_doubt_failed id={} "
+                             "error={}",
+                             id, describe(err));
+      });
 }
 
 } // namespace
 
-bool answered_by(caf::event_based_actor* self, const caf::actor& target) {
-  auto from = self->current_sender();
-  return from != nullptr && target && from->node() == target.node()
-         && from->id() == target.id();
+void call_locally(caf::event_based_actor* self,
+                  const std::shared_ptr<cluster_context>& cx,
+                  link::request req, std::function<void(link::answer)> done) {
+  using link::op;
+  auto kind = req.kind;
+  if (!cx->serving.load(std::memory_order_acquire)
+      || !cx->raft->brief().leader_ready) {
+    done(failed(kind, errc::not_leader, "this node is not the ready leader"));
+    return;
+  }
+  auto& local = cx->local;
+  switch (kind) {
+    case op::claim: {
+      auto& shard = local.shard_for(req.claim.route, req.claim.key);
+      ask_actor<claim_result>(
+        self, shard, kind, std::move(done),
+        [](link::answer& a, claim_result& v) { a.claim = std::move(v); },
+        claim_atom::value, std::move(req.claim));
+      return;
+    }
+    case op::update: {
+      auto& shard = local.shard_for(req.update.route, req.update.key);
+      ask_actor<update_result>(
+        self, shard, kind, std::move(done),
+        [](link::answer& a, update_result& v) { a.update = std::move(v); },
+        update_atom::value, std::move(req.update));
+      return;
+    }
+    case op::lookup: {
+      auto& shard = local.shard_for(req.route, req.key);
+      ask_actor<lookup_result>(
+        self, shard, kind, std::move(done),
+        [](link::answer& a, lookup_result& v) { a.lookup = std::move(v); },
+        get_atom::value, std::move(req.route), std::move(req.key));
+      return;
+    }
+    case op::list:
+      ask_actor<record_page>(
+        self, local.store, kind, std::move(done),
+        [](link::answer& a, record_page& v) { a.page = std::move(v); },
+        list_atom::value, std::move(req.route), req.state, std::move(req.key),
+        req.limit);
+      return;
+    case op::doubt:
+      ask_actor<uint64_t>(
+        self, local.store, kind, std::move(done),
+        [](link::answer& a, uint64_t& v) { a.value = v; }, doubt_atom::value,
+        req.node, req.before_ms);
+      return;
+    case op::add: {
+      // Joins as a spare (no vote), is caught up by the leader while being
+      // promoted, then votes.
+      auto back = back_to_bridge(cx, std::move(done));
+      cx->raft->add_voter(req.node, req.address, [back, kind](int status) {
+        link::answer res;
+        res.kind = kind;
+        res.status = status;
+        back(std::move(res));
+      });
+      return;
+    }
+    case op::remove: {
+      auto id = req.node;
+      auto back = back_to_bridge(
+        cx, [self_cx = cx, id, done = std::move(done)](link::answer ans) {
+          if (ans.error == errc::none && ans.status == 0)
+            self_cx->bridge->post([self_cx, id](caf::event_based_actor* self) {
+              doubt_removed(self, self_cx, id);
+            });
+          done(std::move(ans));
+        });
+      cx->raft->remove(id, [back, kind](int status) {
+        link::answer res;
+        res.kind = kind;
+        res.status = status;
+        back(std::move(res));
+      });
+      return;
+    }
+    case op::transfer: {
+      auto back = back_to_bridge(cx, std::move(done));
+      cx->raft->transfer(req.node, [back, kind](uint64_t leader) {
+        if (leader == 0) {
+          // libraft refused it (to this leader itself, another transfer
+          // running) or no leader came out of it: not a success.
+          back(failed(kind, errc::invalid_argument,
+                      "the leadership transfer did not happen (to the "
+                      "leader itself, another transfer running, or no "
+                      "leader afterwards)"));
+          return;
+        }
+        link::answer res;
+        res.kind = kind;
+        res.value = leader;
+        back(std::move(res));
+      });
+      return;
+    }
+  }
+  done(failed(kind, errc::invalid_argument, "unknown request"));
 }
 
 namespace {
 
-// Answers another node's request with what `hdl` answers, from the front
-// itself (never `delegate`): no actor behind the front answers another node,
-// so no other node learns its address. CAF 0.17's BASP broker monitors every
-// local actor that another node holds a proxy of, and a down message that
-// reaches the broker while the middleman stops is never destroyed (brokers
-// do not drain their mailbox at exit). That message holds its actor: for the
-// detached store, `~actor_system` then waits for the store's thread forever.
-template <class T, class Handle, class... Ts>
-caf::result<T> relay(front_pointer self, const Handle& hdl, Ts&&... xs) {
-  auto rp = self->make_response_promise();
-  self->request(hdl, caf::infinite, std::forward<Ts>(xs)...)
-    .then([rp](T& res) mutable { rp.deliver(std::move(res)); },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-  return rp;
-}
-
-// Every message the front accepts may come from another node: a buggy
-// older version or, should a member's certificate be stolen, an impostor.
-// A malformed one is refused and counted, never applied (it must not fail
-// a batch, move leadership or change the membership); the first and then
-// every 1000th is logged, so that a flood cannot fill the disk.
-caf::error refuse(front_pointer self, const char* what, const char* why) {
-  auto n = self->state.refused->fetch_add(1) + 1;
-  if (n == 1 || n % 1000 == 0)
-    log::cluster()->warn("cluster.message_refused kind={} reason={} "
-                         "refused_total={}",
-                         what, why, n);
-  return make_error(errc::invalid_argument,
-                    std::string{"refused "} + what + ": " + why);
-}
-
-// Whether `id` is a member of `cluster.peers` (0 is none).
-bool known_peer(front_pointer self, uint64_t id) {
-  return id != 0 && self->state.links->find(id) != nullptr;
+// A request of another node, on the Raft thread: checked, then run at this
+// node's actors by a bridge actor; the answer goes back on the link it came
+// on. A malformed one is refused and counted, never applied (it must not
+// fail a batch, move leadership or change the membership); the first and
+// then every 1000th is logged, so that a flood cannot fill the disk.
+void serve(const std::shared_ptr<cluster_context>& cx,
+           const link::served& from, link::request req) {
+  if (auto why = refusal(req, cx->peers)) {
+    auto n = cx->refused->fetch_add(1) + 1;
+    if (n == 1 || n % 1000 == 0)
+      log::cluster()->warn("cluster.message_refused from={} kind={} "
+                           "reason={} refused_total={}",
+                           from.peer, link::to_string(req.kind), why, n);
+    cx->raft->reply(from, failed(req.kind, errc::invalid_argument,
+                                 std::string{"refused "}
+                                   + link::to_string(req.kind) + ": " + why));
+    return;
+  }
+  cx->bridge->post([cx, from, req = std::move(req)](
+                     caf::event_based_actor* self) mutable {
+    auto raft = cx->raft;
+    call_locally(self, cx, std::move(req), [raft, from](link::answer ans) {
+      raft->reply(from, std::move(ans));
+    });
+  });
 }
 
 // Asks the leader (this node's own store when it is the ready leader) to
 // doubt what this node had in flight before it started; retried until done.
-void doubt_own(front_pointer self) {
-  auto& st = self->state;
-  if (st.doubted)
-    return;
-  auto retry = [self] {
-    self->delayed_send(self, std::chrono::milliseconds(200), doubt_atom::value);
+void doubt_own(caf::event_based_actor* self,
+               std::shared_ptr<cluster_context> cx) {
+  auto retry = [cx](caf::event_based_actor* self) {
+    gateway::actor_bridge::post_later(
+      self, std::chrono::milliseconds(200),
+      [cx](caf::event_based_actor* self) { doubt_own(self, cx); });
   };
-  auto on_done = [self](uint64_t n) {
-    self->state.doubted = true;
-    log::cluster()->info("cluster.own_in_flight_doubted count={}", n);
+  auto settle = [cx, retry](caf::event_based_actor* self, link::answer ans) {
+    if (ans.error != errc::none) {
+      retry(self);
+      return;
+    }
+    log::cluster()->info("cluster.own_in_flight_doubted count={}", ans.value);
   };
-  auto status = st.raft->status();
+  link::request req;
+  req.kind = link::op::doubt;
+  req.node = cx->id;
+  req.before_ms = cx->started_ms;
+  auto status = cx->raft->brief();
   if (status.leader_ready) {
-    self
-      ->request(st.local.store, st.remote_timeout, doubt_atom::value, st.id,
-                st.started_ms)
-      .then(on_done, [retry](caf::error&) { retry(); });
+    call_locally(self, cx, std::move(req),
+                 [self, settle](link::answer ans) { settle(self, ans); });
     return;
   }
-  if (status.leader_id == 0) {
-    retry();
+  if (status.leader_id == 0 || status.leader_id == cx->id) {
+    retry(self);
     return;
   }
-  auto hdl = st.links->get(self, status.leader_id);
-  if (!hdl) {
-    retry();
-    return;
-  }
-  auto leader = status.leader_id;
-  self
-    ->request(hdl, st.remote_timeout, doubt_atom::value, st.id, st.started_ms)
-    .then(
-      [self, hdl, on_done, retry](uint64_t n) {
-        if (!answered_by(self, hdl)) {
-          retry(); // not the leader's answer: ask again
-          return;
-        }
-        on_done(n);
-      },
-      [self, retry, leader](caf::error&) {
-        self->state.links->drop(leader);
-        retry();
-      });
-}
-
-caf::behavior front_impl(front_pointer self, node local,
-                         std::shared_ptr<raft_node> raft,
-                         std::shared_ptr<peer_links> links,
-                         cluster_options opts, int64_t started_ms,
-                         std::shared_ptr<std::atomic<uint64_t>> refused) {
-  auto& st = self->state;
-  st.local = std::move(local);
-  st.raft = std::move(raft);
-  st.links = std::move(links);
-  st.id = opts.id;
-  st.started_ms = started_ms;
-  st.remote_timeout = opts.remote_timeout;
-  st.refused = std::move(refused);
-  self->send(self, doubt_atom::value);
-  auto change_cb = [self](caf::response_promise rp, bool transfer) {
-    caf::actor hdl = caf::actor_cast<caf::actor>(self);
-    return [hdl, rp, transfer](int status) mutable {
-      caf::anon_send(hdl, change_outcome{rp, status, 0, transfer});
-    };
-  };
-  return {
-    [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
-      if (auto why = malformed(req))
-        return refuse(self, "claim", why);
-      if (req.owner != 0 && !known_peer(self, req.owner))
-        return refuse(self, "claim", "owner is no member");
-      if (!self->state.ready())
-        return not_leader();
-      auto& shard = self->state.local.shard_for(req.route, req.key);
-      return relay<claim_result>(self, shard, claim_atom::value,
-                                 std::move(req));
-    },
-    [self](update_atom, record_update& upd) -> caf::result<update_result> {
-      if (auto why = malformed(upd))
-        return refuse(self, "update", why);
-      if (!self->state.ready())
-        return not_leader();
-      auto& shard = self->state.local.shard_for(upd.route, upd.key);
-      return relay<update_result>(self, shard, update_atom::value,
-                                  std::move(upd));
-    },
-    [self](get_atom, std::string& route,
-           std::string& key) -> caf::result<lookup_result> {
-      if (auto why = malformed_key(route, key))
-        return refuse(self, "lookup", why);
-      if (!self->state.ready())
-        return not_leader();
-      auto& shard = self->state.local.shard_for(route, key);
-      return relay<lookup_result>(self, shard, get_atom::value,
-                                  std::move(route), std::move(key));
-    },
-    [self](list_atom, std::string& route, record_state state,
-           std::string& after, uint32_t limit) -> caf::result<record_page> {
-      if (route.size() > record_bounds::route
-          || after.size() > record_bounds::key
-          || static_cast<uint8_t>(state)
-               > static_cast<uint8_t>(record_state::failed)
-          || limit > record_bounds::list_page)
-        return refuse(self, "list", "bounds");
-      if (!self->state.ready())
-        return not_leader();
-      return relay<record_page>(self, self->state.local.store,
-                                list_atom::value, std::move(route), state,
-                                std::move(after), limit);
-    },
-    // From another node (or this one) at its start: doubt its old records.
-    [self](doubt_atom, uint64_t owner,
-           int64_t before_ms) -> caf::result<uint64_t> {
-      if (!known_peer(self, owner))
-        return refuse(self, "doubt", "owner is no member");
-      if (!self->state.ready())
-        return not_leader();
-      return relay<uint64_t>(self, self->state.local.store, doubt_atom::value,
-                             owner, before_ms);
-    },
-    // This node's own start-up doubt (sent to itself, retried).
-    [self](doubt_atom) { doubt_own(self); },
-    [self, change_cb](add_atom, uint64_t id,
-                      std::string& address) -> caf::result<int32_t> {
-      // Only a node of cluster.peers, at its address there.
-      auto p = self->state.links->find(id);
-      if (p == nullptr || id == 0 || p->raft_address != address)
-        return refuse(self, "add", "not a member of cluster.peers");
-      if (!self->state.ready())
-        return not_leader();
-      auto rp = self->make_response_promise();
-      // Joins as a spare (no vote), is caught up by the leader while being
-      // promoted, then votes.
-      self->state.raft->add_voter(id, address, change_cb(rp, false));
-      return rp;
-    },
-    [self](remove_atom, uint64_t id) -> caf::result<int32_t> {
-      if (id == 0)
-        return refuse(self, "remove", "node id 0");
-      if (!self->state.ready())
-        return not_leader();
-      auto rp = self->make_response_promise();
-      caf::actor hdl = caf::actor_cast<caf::actor>(self);
-      self->state.raft->remove(id, [hdl, rp, id](int status) mutable {
-        caf::anon_send(hdl, change_outcome{rp, status, 0, false, id});
-      });
-      return rp;
-    },
-    [self](transfer_atom, uint64_t id) -> caf::result<uint64_t> {
-      if (id != 0 && !known_peer(self, id))
-        return refuse(self, "transfer", "not a member of cluster.peers");
-      if (!self->state.ready())
-        return not_leader();
-      auto rp = self->make_response_promise();
-      caf::actor hdl = caf::actor_cast<caf::actor>(self);
-      self->state.raft->transfer(id, [hdl, rp](uint64_t leader) mutable {
-        caf::anon_send(hdl, change_outcome{rp, 0, leader, true});
-      });
-      return rp;
-    },
-    [self](change_outcome& out) {
-      if (out.removed != 0 && out.status == 0) {
-        // A removed node never comes back to settle what it had in flight:
-        // those records are in doubt now (never re-executed automatically).
-        auto id = out.removed;
-        self
-          ->request(self->state.local.store, self->state.remote_timeout,
-                    doubt_atom::value, id,
-                    std::numeric_limits<int64_t>::max())
-          .then(
-            [id](uint64_t n) {
-              log::cluster()->info("cluster.removed_node_doubted id={} "
-                                   "count={}",
-                                   id, n);
-            },
-            [id](caf::error& err) {
-              log::cluster()->warn("cluster.removed_node_doubt_failed id={} "
-                                   "error={}",
-                                   id, describe(err));
-            });
-      }
-      if (out.is_transfer && out.leader == 0)
-        // libraft refused it (to this leader itself, another transfer
-        // running) or no leader came out of it: not a success.
-        out.rp.deliver(make_error(errc::invalid_argument,
-                                  "the leadership transfer did not happen "
-                                  "(to the leader itself, another transfer "
-                                  "running, or no leader afterwards)"));
-      else if (out.is_transfer)
-        out.rp.deliver(out.leader);
-      else
-        out.rp.deliver(static_cast<int32_t>(out.status));
-    },
-  };
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+    cx->remote_timeout);
+  cx->raft->ask(status.leader_id, std::move(req), timeout,
+                [cx, settle](link::answer ans) {
+                  cx->bridge->post(
+                    [settle, ans = std::move(ans)](
+                      caf::event_based_actor* self) mutable {
+                      settle(self, std::move(ans));
+                    });
+                });
 }
 
 } // namespace
 
 void cluster_node::shutdown() {
+  if (context)
+    context->serving.store(false, std::memory_order_release);
   local.shutdown();
-  caf::anon_send_exit(front, caf::exit_reason::user_shutdown);
-}
-
-caf::error prepare_peer_tls(caf::actor_system_config& cfg,
-                            const cluster_options& copts) {
-  if (!copts.raft.tls)
-    return caf::none;
-  cfg.load<caf::openssl::manager>();
-  tls::policy_config pc;
-  pc.self_id = copts.id;
-  pc.ca_file = copts.raft.tls->ca_file;
-  pc.cert_file = copts.raft.tls->cert_file;
-  pc.key_file = copts.raft.tls->key_file;
-  pc.handshake_timeout = copts.raft.tls->handshake_timeout;
-  pc.member_sources_only = copts.member_sources_only;
-  pc.max_message_bytes = copts.max_peer_message;
-  for (auto& p : copts.peers)
-    pc.members.push_back({p.id, p.host, p.port});
-  std::string error;
-  if (!tls::configure(cfg, pc, error))
-    return make_error(errc::invalid_argument, "cluster tls: " + error);
-  // Refusals are logged first and then every 1000th: a flood of strangers
-  // must not fill the disk (tls::stats() counts them all).
-  auto refused = std::make_shared<std::atomic<uint64_t>>(0);
-  tls::set_event_handler([refused](const tls::event& ev) {
-    if (ev.kind == tls::event::accepted) {
-      log::cluster()->debug("peer_tls.{}", tls::to_string(ev));
-      return;
-    }
-    auto n = refused->fetch_add(1) + 1;
-    if (n <= 100 || n % 1000 == 0)
-      log::cluster()->warn("peer_tls.{} refused_total={}", tls::to_string(ev),
-                           n);
-  });
-  return caf::none;
-}
-
-caf::error check_peer_tls(caf::actor_system& sys,
-                          const cluster_options& copts) {
-  if (!copts.raft.tls)
-    return caf::none;
-  std::string error;
-  if (!tls::self_test(sys, error))
-    return make_error(errc::invalid_argument, "cluster tls: " + error);
-  return caf::none;
 }
 
 caf::expected<std::unique_ptr<cluster_node>>
@@ -527,6 +441,16 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   if (!log_clock)
     return std::move(log_clock.error());
   std::shared_ptr<persistence::sqlite_store> reader_db{std::move(*reader)};
+  result->bridge = std::make_shared<gateway::actor_bridge>(
+    sys, std::max<std::size_t>(1, copts.bridge_actors));
+  auto cx = std::make_shared<cluster_context>();
+  cx->bridge = result->bridge;
+  cx->peers = copts.peers;
+  cx->id = copts.id;
+  cx->remote_timeout = copts.remote_timeout;
+  cx->refused = result->refused_messages;
+  cx->started_ms = std::max(*log_clock + 1, now());
+  result->context = cx;
   // Raft.
   auto ropts = copts.raft;
   ropts.id = copts.id;
@@ -534,11 +458,9 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   ropts.dir = (std::filesystem::path{opts.data_dir} / "raft").string();
   ropts.bootstrap = !copts.join;
   // Only the members of cluster.peers, each at its address there.
-  if (ropts.tls) {
-    ropts.tls->peers.clear();
-    for (auto& p : copts.peers)
-      ropts.tls->peers[p.id] = p.raft_address;
-  }
+  ropts.link.peers.clear();
+  for (auto& p : copts.peers)
+    ropts.link.peers[p.id] = p.raft_address;
   ropts.initial.clear();
   for (auto& p : copts.peers)
     if (copts.initial.empty()
@@ -585,37 +507,27 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     raft->release(),
     // The writer connection must outlive the Raft thread.
     [writer_db](raft_node* ptr) { delete ptr; }};
+  cx->raft = result->raft;
   auto store = spawn_replicated_store(sys, result->raft, reader_db,
                                       copts.store, now);
   result->local = spawn_node_actors(sys, store, opts, now);
+  cx->local = result->local;
   {
     std::lock_guard<std::mutex> guard{*registries_mtx};
     *registries = result->local.registries;
   }
-  result->links = std::make_shared<peer_links>(sys, copts.peers,
-                                               copts.remote_timeout,
-                                               copts.raft.tls.has_value());
-  result->front = sys.spawn(front_impl, result->local, result->raft,
-                            result->links, copts,
-                            std::max(*log_clock + 1, now()),
-                            result->refused_messages);
-  auto port = copts.raft.tls
-                ? caf::openssl::publish(result->front, self_peer->port,
-                                        self_peer->host.c_str(), true)
-                : sys.middleman().publish(result->front, self_peer->port,
-                                          self_peer->host.c_str(), true);
-  if (!port) {
-    result->shutdown();
-    return make_error(errc::storage_failure,
-                      "cannot publish the front actor on "
-                        + self_peer->host + ":"
-                        + std::to_string(self_peer->port) + ": "
-                        + sys.render(port.error()));
-  }
-  result->front_port = *port;
-  log::cluster()->info("cluster.started id={} raft={} front={}:{} peers={}",
-                       copts.id, self_peer->raft_address, self_peer->host,
-                       *port, copts.peers.size());
+  cx->serving.store(true, std::memory_order_release);
+  // Other nodes' requests: answered `not_leader` until now.
+  std::weak_ptr<cluster_context> weak = cx;
+  result->raft->serve([weak](const link::served& from, link::request req) {
+    if (auto cx = weak.lock())
+      serve(cx, from, std::move(req));
+  });
+  result->bridge->post(
+    [cx](caf::event_based_actor* self) { doubt_own(self, cx); });
+  log::cluster()->info("cluster.started id={} address={} peers={} tls={}",
+                       copts.id, self_peer->raft_address, copts.peers.size(),
+                       ropts.link.tls.has_value());
   return result;
 }
 

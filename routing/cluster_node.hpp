@@ -1,40 +1,37 @@
 #pragma once
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
-#include <caf/actor.hpp>
 #include <caf/expected.hpp>
 #include <caf/fwd.hpp>
 #include <caf/timespan.hpp>
 
 #include "actors/node.hpp"
+#include "link/frames.hpp"
 #include "replication/raft_node.hpp"
 #include "replication/raft_sink.hpp"
-#include "routing/peer_tls.hpp"
+#include "service/bridge.hpp"
 
 namespace oncegate::cluster {
 
-/// A node of the cluster as every node knows it: its id, its Raft address
-/// and where its front actor is published (CAF middleman).
+/// A node of the cluster as every node knows it: its id and the address of
+/// its node link (Raft's address).
 struct peer {
   uint64_t id = 0;
   std::string raft_address;
-  std::string host;
-  uint16_t port = 0;
 };
 
-/// Parses `ID=RAFT_HOST:RAFT_PORT,CAF_HOST:CAF_PORT`; empty `error` on
-/// success.
-peer parse_peer(const std::string& text, std::string& error);
+/// Parses `ID=HOST:PORT`. The form of builds before the node link,
+/// `ID=HOST:PORT,CAF_HOST:CAF_PORT`, is read too (the second address is no
+/// longer used; `legacy` says it was there). Empty `error` on success.
+peer parse_peer(const std::string& text, std::string& error,
+                bool* legacy = nullptr);
 
 /// What a cluster node needs beyond a single node's options.
 struct cluster_options {
@@ -46,71 +43,53 @@ struct cluster_options {
   /// A node started with `join` does not bootstrap: it waits to be added.
   std::vector<uint64_t> initial;
   bool join = false;
-  /// Raft timing and snapshots (id, address and dir are filled in).
+  /// Raft timing, snapshots and the node link (id, address, members and
+  /// dir are filled in).
   raft_node_options raft;
   replicated_store_options store;
-  /// Bound on each request to another node's front actor.
+  /// Bound on each request to another node (over the link).
   caf::timespan remote_timeout = std::chrono::seconds(1);
-  /// With TLS: the CAF port refuses, before any TLS, connections from an
-  /// address that is no member's (`tls::policy_config::member_sources_only`).
-  bool member_sources_only = true;
-  /// With TLS: the largest message (BASP payload) another node may send
-  /// (`tls::policy_config::max_message_bytes`).
-  uint32_t max_peer_message = tls::policy_config{}.max_message_bytes;
+  /// Actors that run the requests of this node's gateway and of the other
+  /// nodes (`actor_bridge`).
+  std::size_t bridge_actors = 1;
 };
 
-/// Cached handles of the other nodes' front actors (thread-safe). Connects
-/// through the middleman on demand, without blocking the caller.
-class peer_links {
-public:
-  peer_links(caf::actor_system& sys, std::vector<peer> peers,
-             caf::timespan timeout, bool tls = false);
+/// Why a request from another node cannot be served as it is (bounds,
+/// enums, an owner or node that is no member), as a short reason; nullptr
+/// when it can. Every request that arrives on the link passes here before
+/// anything acts on it.
+const char* refusal(const link::request& req, const std::vector<peer>& peers);
 
-  /// The front actor of `id` if connected; otherwise starts connecting
-  /// (from `self`, asynchronously) and returns an invalid handle.
-  caf::actor get(caf::event_based_actor* self, uint64_t id);
-
-  /// Forgets the handle of `id` (after a failed request), so that the next
-  /// `get` reconnects.
-  void drop(uint64_t id);
-
-  const peer* find(uint64_t id) const;
-
-  const std::vector<peer>& peers() const {
-    return peers_;
-  }
-
-private:
-  caf::actor_system& sys_;
-  std::vector<peer> peers_;
-  caf::timespan timeout_;
-  /// Connect through libcaf_openssl's manager instead of the middleman.
-  bool tls_ = false;
-  std::mutex mtx_;
-  std::unordered_map<uint64_t, caf::actor> links_;
-  std::unordered_set<uint64_t> connecting_;
-};
+/// Ready: this node's actors serve requests while it is the ready leader.
+struct cluster_context;
 
 /// One node of a cluster: the node's actors over a replicated store, its
-/// Raft server, and its front actor, published for the other nodes'
-/// gateways. The front forwards claims, updates and lookups to the local
-/// registries while this node is the ready leader, and refuses them with
-/// `errc::not_leader` otherwise.
+/// Raft server (with the node link), and the bridge actors that run both
+/// this node's requests and those other nodes send it.
 class cluster_node {
 public:
   node local;
   std::shared_ptr<raft_node> raft;
-  caf::actor front;
-  std::shared_ptr<peer_links> links;
-  /// Messages from other nodes the front refused as malformed.
+  std::shared_ptr<gateway::actor_bridge> bridge;
+  std::shared_ptr<cluster_context> context;
+  cluster_options opts;
+  /// Requests from other nodes refused as malformed (and answers that
+  /// made no sense), shared with the node's metrics.
   std::shared_ptr<std::atomic<uint64_t>> refused_messages
     = std::make_shared<std::atomic<uint64_t>>(0);
-  uint16_t front_port = 0;
-  cluster_options opts;
 
-  /// Stops the alarm, registries, store and front; then Raft.
+  /// Stops the alarm, registries and store; then Raft.
   void shutdown();
 };
+
+/// Runs `req` at this node's actors (its registry shard, its store, its
+/// Raft server) as the ready leader, and calls `done` with the answer from
+/// a bridge actor: the one path of a request, whether this node's gateway
+/// or another node asked. `not_leader` unless this node is the ready
+/// leader.
+void call_locally(caf::event_based_actor* self,
+                  const std::shared_ptr<cluster_context>& cx,
+                  link::request req, std::function<void(link::answer)> done);
 
 /// Hooks of the cluster node into the layers above (run on the Raft
 /// thread, must not block).
@@ -127,29 +106,9 @@ struct cluster_hooks {
   std::function<void()> on_unavailable;
 };
 
-/// Whether the message `self` is handling comes from `target` (another
-/// node's front actor), by node and actor id. CAF matches answers to
-/// requests by message id alone, so every answer from another node is
-/// checked with this; the node ids on the CAF port are bound to the
-/// certificates (routing/peer_basp.hpp), so a member cannot answer for
-/// another.
-bool answered_by(caf::event_based_actor* self, const caf::actor& target);
-
-/// Prepares the node's CAF connections to the other nodes for mutual TLS
-/// (libcaf_openssl with the node-identity policy of `peer_tls.hpp`) when
-/// `copts.raft.tls` is set: loads the OpenSSL module and checks the
-/// certificates. Call it before creating the actor system.
-caf::error prepare_peer_tls(caf::actor_system_config& cfg,
-                            const cluster_options& copts);
-
-/// After the actor system exists: proves the policy is in force (the
-/// OpenSSL calls of libcaf_openssl reach it).
-caf::error check_peer_tls(caf::actor_system& sys,
-                          const cluster_options& copts);
-
 /// Opens the database under `opts.data_dir` (Raft log in `raft/` beside
-/// it), starts Raft, spawns the actors and publishes the front actor.
-/// Requires the middleman (`caf::io::middleman`) to be loaded.
+/// it), starts Raft with the node link, spawns the actors, and serves other
+/// nodes' requests at them.
 caf::expected<std::unique_ptr<cluster_node>>
 start_cluster_node(caf::actor_system& sys, node_options opts,
                    cluster_options copts, cluster_hooks hooks = {},

@@ -22,135 +22,174 @@ namespace oncegate::gateway {
 
 namespace {
 
-// Where a cluster node sends requests: the local actors while it is the
-// ready leader, the leader's front actor otherwise.
+// Where a cluster node sends requests: its own actors while it is the ready
+// leader (`cluster::call_locally`), the leader over the node link otherwise.
 struct cluster_route {
   std::shared_ptr<cluster::raft_node> raft;
-  caf::actor front;
-  std::shared_ptr<cluster::peer_links> links;
-  std::shared_ptr<std::atomic<uint64_t>> refused;
-  caf::timespan remote_timeout;
+  std::shared_ptr<cluster::cluster_context> context;
+  std::shared_ptr<actor_bridge> bridge;
+  std::vector<cluster::peer> peers;
+  std::chrono::milliseconds remote_timeout;
   caf::timespan retry_interval;
 };
 
-// Whether another attempt may succeed where `err` failed, without any risk:
-// nothing happened, or the outcome is unknown and the retry carries the same
-// request id (a committed claim is then recognised as this request's own).
-bool retryable(const caf::error& err) {
-  if (err.category() == caf::atom("system"))
-    return true; // timeouts, unreachable peers, actors gone at a reset
-  auto code = errc_of(err);
+// Whether another attempt may succeed where `code` failed, without any
+// risk: nothing happened, or the outcome is unknown and the retry carries
+// the same request id (a committed claim is then recognised as this
+// request's own).
+bool retryable(errc code) {
   return code == errc::not_leader || code == errc::leadership_lost
-         || code == errc::store_unavailable;
+         || code == errc::store_unavailable || code == errc::timeout;
 }
 
-// Counts (with the refused peer messages) and logs, first and then every
-// 1000th, an answer that did not come from the node asked.
-void forged_answer(const std::shared_ptr<const cluster_route>& cr,
-                   caf::event_based_actor* self) {
-  auto n = cr->refused->fetch_add(1) + 1;
-  if (n == 1 || n % 1000 == 0) {
-    auto from = self->current_sender();
-    log::cluster()->warn("cluster.answer_refused from={} (not the node "
-                         "asked) refused_total={}",
-                         from ? caf::to_string(from->node()) : "?", n);
-  }
+template <class T>
+reply<T> reply_of(link::answer& ans);
+
+template <class T>
+reply<T> failed_reply(link::answer& ans) {
+  reply<T> res;
+  res.error = ans.error;
+  res.detail = std::move(ans.detail);
+  return res;
 }
 
-template <class T, class Local, class... Ts>
-void forward(caf::event_based_actor* self,
-             std::shared_ptr<const cluster_route> cr, Local local,
-             std::chrono::steady_clock::time_point until,
-             std::function<void(reply<T>)> done, std::tuple<Ts...> args,
-             uint32_t attempt = 0) {
-  auto again = [self, cr, local, until, done, args,
-                attempt](const caf::error& err) mutable {
-    if (std::chrono::steady_clock::now() >= until || !retryable(err)) {
-      auto res = failure<T>(self->system(), err);
-      if (retryable(err))
-        res.error = errc::not_leader; // still no leader: fail closed
-      done(std::move(res));
-      return;
-    }
-    if constexpr (std::is_same_v<T, claim_result>)
-      if (ONCEGATE_MUTANT("drop-request-id")) // mutant: a retry is a stranger
-        std::get<1>(args).request_id += 0x9e3779b97f4a7c15ull;
-    // Backs off (interval x 1, 2, 4, 8, then 8 again): a failover takes
-    // hundreds of milliseconds, and many requests may be waiting for it.
-    auto delay = cr->retry_interval * (1u << std::min(attempt, 3u));
-    actor_bridge::post_later(
-      self, delay,
-      [cr, local, until, done, args, attempt](caf::event_based_actor* self) {
-        forward<T>(self, cr, local, until, done, args, attempt + 1);
-      });
-  };
-  auto status = cr->raft->brief();
-  caf::actor target;
-  uint64_t remote = 0;
-  if (status.leader_ready) {
-    target = local();
-  } else if (status.leader_id != 0 && status.leader_id != cr->raft->id()) {
-    remote = status.leader_id;
-    target = cr->links->get(self, remote);
+template <>
+reply<claim_result> reply_of(link::answer& ans) {
+  return ans.error != errc::none ? failed_reply<claim_result>(ans)
+                                 : success(std::move(ans.claim));
+}
+
+template <>
+reply<update_result> reply_of(link::answer& ans) {
+  return ans.error != errc::none ? failed_reply<update_result>(ans)
+                                 : success(std::move(ans.update));
+}
+
+template <>
+reply<lookup_result> reply_of(link::answer& ans) {
+  return ans.error != errc::none ? failed_reply<lookup_result>(ans)
+                                 : success(std::move(ans.lookup));
+}
+
+template <>
+reply<record_page> reply_of(link::answer& ans) {
+  return ans.error != errc::none ? failed_reply<record_page>(ans)
+                                 : success(std::move(ans.page));
+}
+
+// Membership changes: libraft's status (add, remove) or the new leader
+// (transfer).
+template <>
+reply<uint64_t> reply_of(link::answer& ans) {
+  if (ans.error != errc::none)
+    return failed_reply<uint64_t>(ans);
+  if (ans.status != 0) {
+    reply<uint64_t> res;
+    res.error = errc::invalid_argument;
+    res.detail = cluster::raft_error_text(ans.status);
+    return res;
   }
-  if (!target) {
-    again(make_error(errc::not_leader, "no ready leader reachable"));
+  return success(ans.value);
+}
+
+// One request on its way to the ready leader, tried again (with the same
+// request id) while there is none or the one asked lost leadership.
+template <class T>
+struct routed_call {
+  std::shared_ptr<const cluster_route> cr;
+  link::request req;
+  std::chrono::steady_clock::time_point until;
+  std::function<void(reply<T>)> done;
+  uint32_t attempt = 0;
+};
+
+template <class T>
+void forward(caf::event_based_actor* self, std::shared_ptr<routed_call<T>> c);
+
+// The answer of one attempt, in a bridge actor.
+template <class T>
+void settle(caf::event_based_actor* self, std::shared_ptr<routed_call<T>> c,
+            link::answer ans) {
+  if (ans.error == errc::none || !retryable(ans.error)) {
+    c->done(reply_of<T>(ans));
     return;
   }
-  // Only a remote front gets a request timeout: a lost peer or a lost
-  // message must not hold the claim forever. The local node always answers
-  // (its store settles every command, a Raft leader that cannot commit
-  // loses leadership and fails what it holds), and the HTTP response
-  // timeout bounds what the sender waits; a timeout there would cost a
-  // clock entry and a stale timeout message per claim (measured: 6.5 us of
-  // the leader's CPU per decision, in its clock thread).
-  auto timeout = remote != 0 ? caf::duration{cr->remote_timeout}
-                             : caf::duration{caf::infinite};
-  std::apply(
-    [&](auto&... xs) {
-      self->request(target, timeout, xs...)
-        .then(
-          [self, cr, done, remote, target, again](T& value) mutable {
-            // CAF matches an answer to its request by message id alone: a
-            // member could answer for the leader ("accepted" for a key the
-            // leader decided). Only the asked front's answer counts; the
-            // node ids on the CAF port are bound to the certificates
-            // (routing/peer_basp.hpp). A forged one is an unknown outcome:
-            // retried with the same request id.
-            if (remote != 0 && !cluster::answered_by(self, target)) {
-              forged_answer(cr, self);
-              again(make_error(caf::sec::unexpected_response,
-                               "an answer from another node than the one "
-                               "asked"));
-              return;
-            }
-            done(success(std::move(value)));
-          },
-          [self, cr, remote, target, again](caf::error& err) mutable {
-            if (remote != 0 && err.category() == caf::atom("system"))
-              cr->links->drop(remote);
-            // A forged error is no answer either.
-            if (remote != 0 && self->current_sender() != nullptr
-                && !cluster::answered_by(self, target)) {
-              forged_answer(cr, self);
-              again(make_error(caf::sec::unexpected_response,
-                               "an error from another node than the one "
-                               "asked"));
-              return;
-            }
-            again(err);
-          });
-    },
-    args);
+  if (std::chrono::steady_clock::now() >= c->until) {
+    auto res = reply_of<T>(ans);
+    res.error = errc::not_leader; // still no leader: fail closed
+    c->done(std::move(res));
+    return;
+  }
+  if (c->req.kind == link::op::claim && ONCEGATE_MUTANT("drop-request-id"))
+    c->req.claim.request_id += 0x9e3779b97f4a7c15ull; // a retry is a stranger
+  // Backs off (interval x 1, 2, 4, 8, then 8 again): a failover takes
+  // hundreds of milliseconds, and many requests may be waiting for it.
+  auto delay = c->cr->retry_interval * (1u << std::min(c->attempt, 3u));
+  ++c->attempt;
+  actor_bridge::post_later(self, delay, [c](caf::event_based_actor* self) {
+    forward<T>(self, c);
+  });
+}
+
+template <class T>
+void forward(caf::event_based_actor* self, std::shared_ptr<routed_call<T>> c) {
+  auto& cr = *c->cr;
+  auto status = cr.raft->brief();
+  if (status.leader_ready) {
+    // The same path as another node's request at this node.
+    cluster::call_locally(self, cr.context, c->req,
+                          [self, c](link::answer ans) {
+                            settle<T>(self, c, std::move(ans));
+                          });
+    return;
+  }
+  if (status.leader_id == 0 || status.leader_id == cr.raft->id()) {
+    link::answer none;
+    none.kind = c->req.kind;
+    none.error = errc::not_leader;
+    none.detail = "no ready leader";
+    settle<T>(self, c, std::move(none));
+    return;
+  }
+  // Only a remote leader gets a request timeout: a lost peer or a lost
+  // message must not hold the request forever; the link answers on the
+  // Raft thread, and a bridge actor takes it from there.
+  auto bridge = cr.bridge;
+  cr.raft->ask(status.leader_id, c->req, cr.remote_timeout,
+               [bridge, c](link::answer ans) {
+                 bridge->post([c, ans = std::move(ans)](
+                                caf::event_based_actor* self) mutable {
+                   settle<T>(self, c, std::move(ans));
+                 });
+               });
+}
+
+template <class T>
+void route(caf::event_based_actor* self, std::shared_ptr<const cluster_route> cr,
+           link::request req, std::chrono::steady_clock::time_point until,
+           std::function<void(reply<T>)> done) {
+  auto c = std::make_shared<routed_call<T>>();
+  c->cr = std::move(cr);
+  c->req = std::move(req);
+  c->until = until;
+  c->done = std::move(done);
+  forward<T>(self, std::move(c));
+}
+
+link::request update_request(record_update upd) {
+  link::request req;
+  req.kind = link::op::update;
+  req.update = std::move(upd);
+  return req;
 }
 
 class routed_service : public node_service {
 public:
-  routed_service(caf::actor_system& sys, const node& n,
-                 routed_service_options opts,
-                 std::shared_ptr<const cluster_route> cluster)
+  routed_service(const node& n, routed_service_options opts,
+                 std::shared_ptr<const cluster_route> cluster,
+                 std::shared_ptr<std::atomic<uint64_t>> refused)
     : node_(n), opts_(opts), cluster_(std::move(cluster)),
-      bridge_(sys, opts.service.actors) {
+      refused_(std::move(refused)) {
   }
 
   void claim(claim_request req,
@@ -161,24 +200,23 @@ public:
     req.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
     post([this, req = std::move(req),
           done = std::move(done)](caf::event_based_actor* self) mutable {
-      auto& shard = node_.shard_for(req.route, req.key);
-      auto hdl = caf::actor_cast<caf::actor>(shard);
       // Giving up does not undo a claim that may still commit (its
       // leader lost leadership with the entry in flight): release it,
       // should it have committed, so that the sender's retry executes.
       auto undo = release_of(req);
       auto undo_for = std::chrono::milliseconds(
         std::clamp<int64_t>(req.ttl_ms, 1000, 86'400'000));
-      auto on_reply = [this, done = std::move(done), hdl, undo,
+      auto on_reply = [this, done = std::move(done), undo,
                        undo_for](reply<claim_result> rep) mutable {
         if (!rep.ok) // cheap when nothing committed: one log entry
-          release_abandoned(hdl, std::move(undo), undo_for);
+          release_abandoned(std::move(undo), undo_for);
         done(std::move(rep));
       };
-      forward<claim_result>(self, cluster_, [hdl] { return hdl; },
-                            deadline(), std::move(on_reply),
-                            std::make_tuple(claim_atom::value,
-                                            std::move(req)));
+      link::request call;
+      call.kind = link::op::claim;
+      call.claim = std::move(req);
+      route<claim_result>(self, cluster_, std::move(call), deadline(),
+                          std::move(on_reply));
     });
   }
 
@@ -186,51 +224,48 @@ public:
               std::function<void(reply<update_result>)> done) override {
     post([this, upd = std::move(upd),
           done = std::move(done)](caf::event_based_actor* self) mutable {
-      auto& shard = node_.shard_for(upd.route, upd.key);
-      auto hdl = caf::actor_cast<caf::actor>(shard);
       // A transition that cannot reach a leader in time (a partition)
       // must still land: the upstream's outcome is known here only.
       // Keep trying in the background; the update names its record
       // instance, so a late one cannot touch a successor.
-      auto on_reply = [this, done = std::move(done), hdl,
+      auto on_reply = [this, done = std::move(done),
                        again = upd](reply<update_result> rep) mutable {
         if (!rep.ok && rep.error == errc::not_leader)
-          retry_update(hdl, std::move(again), std::chrono::hours(24));
+          retry_update(std::move(again), std::chrono::hours(24));
         done(std::move(rep));
       };
-      forward<update_result>(self, cluster_, [hdl] { return hdl; },
-                             deadline(), std::move(on_reply),
-                             std::make_tuple(update_atom::value,
-                                             std::move(upd)));
+      route<update_result>(self, cluster_, update_request(std::move(upd)),
+                           deadline(), std::move(on_reply));
     });
   }
 
-  void lookup(std::string route, std::string key,
+  void lookup(std::string route_name, std::string key,
               std::function<void(reply<lookup_result>)> done) override {
-    post([this, route = std::move(route), key = std::move(key),
+    post([this, route_name = std::move(route_name), key = std::move(key),
           done = std::move(done)](caf::event_based_actor* self) mutable {
-      auto& shard = node_.shard_for(route, key);
-      auto hdl = caf::actor_cast<caf::actor>(shard);
-      forward<lookup_result>(self, cluster_, [hdl] { return hdl; },
-                             deadline(), std::move(done),
-                             std::make_tuple(get_atom::value,
-                                             std::move(route),
-                                             std::move(key)));
+      link::request call;
+      call.kind = link::op::lookup;
+      call.route = std::move(route_name);
+      call.key = std::move(key);
+      route<lookup_result>(self, cluster_, std::move(call), deadline(),
+                           std::move(done));
     });
   }
 
-  void list(std::string route, record_state state, std::string after,
+  void list(std::string route_name, record_state state, std::string after,
             uint32_t limit,
             std::function<void(reply<record_page>)> done) override {
-    post([this, route = std::move(route), state, after = std::move(after),
-          limit,
+    post([this, route_name = std::move(route_name), state,
+          after = std::move(after), limit,
           done = std::move(done)](caf::event_based_actor* self) mutable {
-      auto hdl = caf::actor_cast<caf::actor>(node_.store);
-      forward<record_page>(self, cluster_, [hdl] { return hdl; },
-                           deadline(), std::move(done),
-                           std::make_tuple(list_atom::value,
-                                           std::move(route), state,
-                                           std::move(after), limit));
+      link::request call;
+      call.kind = link::op::list;
+      call.route = std::move(route_name);
+      call.state = state;
+      call.key = std::move(after);
+      call.limit = limit;
+      route<record_page>(self, cluster_, std::move(call), deadline(),
+                         std::move(done));
     });
   }
 
@@ -276,7 +311,7 @@ public:
       res.background_bytes = background_bytes_;
       res.background_dropped = background_dropped_;
     }
-    res.peer_messages_refused = cluster_->refused->load();
+    res.peer_messages_refused = refused_->load();
     for (auto& [m, role] : st.members)
       res.members.push_back({m.id, m.address, cluster::raft_role_name(role)});
     return res;
@@ -284,48 +319,38 @@ public:
 
   void change_cluster(cluster_op op, uint64_t id,
                       std::function<void(reply<uint64_t>)> done) override {
-    auto front = cluster_->front;
-    auto local = [front] { return front; };
-    if (op == cluster_op::transfer) {
-      post([this, id, local, done = std::move(done)](
-             caf::event_based_actor* self) mutable {
-        forward<uint64_t>(self, cluster_, local, deadline(), std::move(done),
-                          std::make_tuple(transfer_atom::value, id));
-      });
-      return;
-    }
-    auto as_reply = [done = std::move(done)](reply<int32_t> rep) {
-      reply<uint64_t> res;
-      res.ok = rep.ok && rep.value == 0;
-      res.error = rep.error;
-      res.detail = rep.detail;
-      if (rep.ok && rep.value != 0) {
-        res.error = errc::invalid_argument;
-        res.detail = cluster::raft_error_text(rep.value);
+    link::request call;
+    call.node = id;
+    switch (op) {
+      case cluster_op::transfer:
+        call.kind = link::op::transfer;
+        break;
+      case cluster_op::remove:
+        call.kind = link::op::remove;
+        break;
+      case cluster_op::add: {
+        call.kind = link::op::add;
+        auto& peers = cluster_->peers;
+        auto p = std::find_if(peers.begin(), peers.end(),
+                              [id](const cluster::peer& x) {
+                                return x.id == id;
+                              });
+        if (p == peers.end()) {
+          reply<uint64_t> res;
+          res.error = errc::invalid_argument;
+          res.detail = "node " + std::to_string(id)
+                       + " is not in cluster.peers";
+          done(std::move(res));
+          return;
+        }
+        call.address = p->raft_address;
+        break;
       }
-      done(std::move(res));
-    };
-    if (op == cluster_op::remove) {
-      post([this, id, local, as_reply](caf::event_based_actor* self) mutable {
-        forward<int32_t>(self, cluster_, local, deadline(),
-                         std::move(as_reply),
-                         std::make_tuple(remove_atom::value, id));
-      });
-      return;
     }
-    auto p = cluster_->links->find(id);
-    if (p == nullptr) {
-      reply<int32_t> rep;
-      rep.error = errc::invalid_argument;
-      rep.detail = "node " + std::to_string(id) + " is not in cluster.peers";
-      as_reply(std::move(rep));
-      return;
-    }
-    auto address = p->raft_address;
-    post([this, id, address, local,
-          as_reply](caf::event_based_actor* self) mutable {
-      forward<int32_t>(self, cluster_, local, deadline(), std::move(as_reply),
-                       std::make_tuple(add_atom::value, id, address));
+    post([this, call = std::move(call),
+          done = std::move(done)](caf::event_based_actor* self) mutable {
+      route<uint64_t>(self, cluster_, std::move(call), deadline(),
+                      std::move(done));
     });
   }
 
@@ -346,7 +371,7 @@ public:
         done(false, "applying the committed log");
         return;
       }
-      if (!st.leader_ready && !cluster_->links->get(self, st.leader_id)) {
+      if (!st.leader_ready && !cluster_->raft->leader_linked()) {
         done(false, "connecting to the leader");
         return;
       }
@@ -357,9 +382,8 @@ public:
 private:
   // Applies `upd` through a ready leader, retrying until one applied it or
   // `keep_trying` passed.
-  void retry_update(caf::actor shard, record_update upd,
-                    caf::timespan keep_trying) {
-    retry_in_background(shard, std::move(upd), keep_trying,
+  void retry_update(record_update upd, caf::timespan keep_trying) {
+    retry_in_background(std::move(upd), keep_trying,
                         [](const std::string& key,
                            const reply<update_result>& rep) {
                           if (rep.ok)
@@ -377,10 +401,9 @@ private:
   // `keep_trying` passed. Once a new leader's barrier committed, a claim
   // entry it does not have can never commit, so a release it applies
   // settles the question for good.
-  void release_abandoned(caf::actor shard, record_update undo,
-                         caf::timespan keep_trying) {
+  void release_abandoned(record_update undo, caf::timespan keep_trying) {
     retry_in_background(
-      shard, std::move(undo), keep_trying,
+      std::move(undo), keep_trying,
       [](const std::string& key, const reply<update_result>& rep) {
         if (rep.ok && rep.value.applied)
           log::gateway()->warn("claim.abandoned_released key={}", key);
@@ -394,23 +417,21 @@ private:
   // `upd` to a ready leader until it answered or `keep_trying` passed, and
   // hands the last answer to `report`.
   template <class Report>
-  void retry_in_background(caf::actor shard, record_update upd,
-                           caf::timespan keep_trying, Report report) {
+  void retry_in_background(record_update upd, caf::timespan keep_trying,
+                           Report report) {
     auto cost = background_cost(upd);
     if (!admit_background(cost, upd))
       return;
-    post([this, shard, upd = std::move(upd), keep_trying, cost,
+    post([this, upd = std::move(upd), keep_trying, cost,
           report](caf::event_based_actor* self) mutable {
       auto done = [this, key = upd.key, cost,
                    report](reply<update_result> rep) {
         settle_background(cost);
         report(key, rep);
       };
-      forward<update_result>(self, cluster_, [shard] { return shard; },
-                             std::chrono::steady_clock::now() + keep_trying,
-                             std::move(done),
-                             std::make_tuple(update_atom::value,
-                                             std::move(upd)));
+      route<update_result>(self, cluster_, update_request(std::move(upd)),
+                           std::chrono::steady_clock::now() + keep_trying,
+                           std::move(done));
     });
   }
 
@@ -449,7 +470,7 @@ private:
   }
 
   void post(actor_bridge::job fn) {
-    bridge_.post(std::move(fn));
+    cluster_->bridge->post(std::move(fn));
   }
 
   node node_;
@@ -459,6 +480,7 @@ private:
   std::size_t background_bytes_ = 0;
   uint64_t background_dropped_ = 0;
   std::shared_ptr<const cluster_route> cluster_;
+  std::shared_ptr<std::atomic<uint64_t>> refused_;
   /// Request ids: a random start (unique across restarts) counting up.
   std::atomic<uint64_t> next_request_id_{random_start()};
 
@@ -467,22 +489,23 @@ private:
     auto x = (uint64_t{rd()} << 32) ^ rd();
     return x == 0 ? 1 : x;
   }
-  actor_bridge bridge_;
 };
 
 } // namespace
 
 std::unique_ptr<node_service>
-make_routed_service(caf::actor_system& sys, const cluster::cluster_node& n,
+make_routed_service(const cluster::cluster_node& n,
                     routed_service_options opts) {
   auto cr = std::make_shared<cluster_route>();
   cr->raft = n.raft;
-  cr->front = n.front;
-  cr->links = n.links;
-  cr->refused = n.refused_messages;
-  cr->remote_timeout = n.opts.remote_timeout;
+  cr->context = n.context;
+  cr->bridge = n.bridge;
+  cr->peers = n.opts.peers;
+  cr->remote_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+    n.opts.remote_timeout);
   cr->retry_interval = opts.retry_interval;
-  return std::make_unique<routed_service>(sys, n.local, opts, std::move(cr));
+  return std::make_unique<routed_service>(n.local, opts, std::move(cr),
+                                          n.refused_messages);
 }
 
 } // namespace oncegate::gateway

@@ -1,6 +1,6 @@
 // The node service of a cluster node: routes every request to the ready
-// leader (this node's actors when it is the one, the leader's front actor
-// otherwise), retries while there is none or it lost leadership (with the
+// leader (this node's actors when it is the one, the leader over the node
+// link otherwise), retries while there is none or it lost leadership (with the
 // same request id), releases abandoned claims, keeps record transitions
 // that found no leader trying in the background (bounded), and reads the
 // Raft state for /v1/cluster and /readyz. The single node's service is
@@ -37,8 +37,10 @@ struct routed_service_options {
 };
 
 /// The service over cluster node `n` (see above).
+/// The bridge actors are the cluster node's (`cluster_node::bridge`);
+/// `opts.service.actors` sized them (`cluster_options::bridge_actors`).
 std::unique_ptr<node_service>
-make_routed_service(caf::actor_system& sys, const cluster::cluster_node& n,
+make_routed_service(const cluster::cluster_node& n,
                     routed_service_options opts);
 
 } // namespace oncegate::gateway

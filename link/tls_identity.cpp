@@ -1,4 +1,4 @@
-#include "replication/tls_identity.hpp"
+#include "link/tls_identity.hpp"
 
 // The node-identity rule (tls_identity.hpp): node names in certificates,
 // and reading and checking the cluster CA and a node's own certificate and
