@@ -57,15 +57,23 @@ bool read_address(reader& r, std::string& x) {
 
 // -- header -------------------------------------------------------------------
 
+namespace {
+
+// Little-endian, `n` bytes, straight into the caller's buffer: a header is
+// written per frame, without an allocation.
+void put_le(char*& out, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i)
+    *out++ = static_cast<char>(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+} // namespace
+
 void encode_header(const frame_header& h, char* out) {
-  writer w;
-  w.u32(h.length);
-  w.u8(static_cast<uint8_t>(h.type));
-  w.u8(0);
-  w.u16(h.group);
-  w.u64(h.id);
-  auto bytes = w.take();
-  std::copy(bytes.begin(), bytes.end(), out);
+  put_le(out, h.length, 4);
+  put_le(out, static_cast<uint8_t>(h.type), 1);
+  put_le(out, 0, 1);
+  put_le(out, h.group, 2);
+  put_le(out, h.id, 8);
 }
 
 const char* to_string(header_error x) {
