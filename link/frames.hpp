@@ -81,6 +81,9 @@ const char* to_string(header_error x);
 header_error decode_header(const char* in, uint32_t max_payload,
                            frame_header& out);
 
+/// The longest Raft address a hello may carry (and an `add` request).
+constexpr std::size_t max_address = 512;
+
 /// What each side says first.
 struct hello {
   uint16_t min_version = link::min_version;
@@ -94,7 +97,7 @@ struct hello {
 std::string encode_hello(const hello& x);
 
 /// Fails (with `why`) on a wrong magic word, truncation, trailing bytes,
-/// an empty range (min > max) or an address over 512 bytes.
+/// an empty range (min > max) or an address empty or over `max_address`.
 bool decode_hello(std::string_view in, hello& out, std::string& why);
 
 /// The version both sides speak: the highest in both ranges; 0: none.
@@ -145,10 +148,14 @@ std::string encode_request(const request& x);
 /// checks (`malformed(claim_request)`, membership) are the receiver's.
 bool decode_request(std::string_view in, request& out, std::string& why);
 
+/// The longest error detail an answer carries.
+constexpr std::size_t max_detail = 4096;
+
 struct answer {
   /// The op of the request it answers (checked by the asker).
   op kind = op::claim;
-  /// Not `none`: the request failed (nothing else is set but `detail`).
+  /// Not `none`: the request failed (nothing else is set but `detail`,
+  /// which `encode_answer` cuts to `max_detail` bytes).
   errc error = errc::none;
   std::string detail;
   claim_result claim;   // claim

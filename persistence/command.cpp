@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/errc.hpp"
+#include "persistence/codec.hpp"
 #include "persistence/sqlite_store.hpp"
 
 namespace oncegate::persistence {
@@ -32,92 +33,6 @@ bool needs_v4(const command& cmd) {
       return false;
   }
 }
-
-class writer {
-public:
-  // Every integer is little-endian, of its type's width.
-  template <class T>
-  void num(T x) {
-    auto v = static_cast<uint64_t>(x);
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-      out_.push_back(static_cast<char>(static_cast<uint8_t>(v >> (8 * i))));
-  }
-
-  void u8(uint8_t x) { num(x); }
-  void u16(uint16_t x) { num(x); }
-  void u32(uint32_t x) { num(x); }
-  void u64(uint64_t x) { num(x); }
-  void i64(int64_t x) { num(x); }
-
-  void str(const std::string& x) {
-    u32(static_cast<uint32_t>(x.size()));
-    out_ += x;
-  }
-
-  std::string finish() {
-    while (out_.size() % 8 != 0)
-      out_.push_back('\0');
-    return std::move(out_);
-  }
-
-private:
-  std::string out_;
-};
-
-class reader {
-public:
-  explicit reader(std::string_view in) : in_(in) {
-    // nop
-  }
-
-  template <class T>
-  bool num(T& x) {
-    uint64_t v = 0;
-    if (!le(static_cast<int>(sizeof(T)), v))
-      return false;
-    x = static_cast<T>(v);
-    return true;
-  }
-
-  bool u8(uint8_t& x) { return num(x); }
-  bool u16(uint16_t& x) { return num(x); }
-  bool u32(uint32_t& x) { return num(x); }
-  bool u64(uint64_t& x) { return num(x); }
-  bool i64(int64_t& x) { return num(x); }
-
-  bool str(std::string& x) {
-    uint32_t len = 0;
-    if (!u32(len) || len > in_.size() - pos_)
-      return false;
-    x.assign(in_.substr(pos_, len));
-    pos_ += len;
-    return true;
-  }
-
-  // Only zero padding (less than 8 bytes) may follow the last command.
-  bool at_padding() const {
-    if (in_.size() - pos_ >= 8)
-      return false;
-    for (auto i = pos_; i < in_.size(); ++i)
-      if (in_[i] != '\0')
-        return false;
-    return true;
-  }
-
-private:
-  bool le(int n, uint64_t& x) {
-    if (pos_ + static_cast<size_t>(n) > in_.size())
-      return false;
-    x = 0;
-    for (int i = 0; i < n; ++i)
-      x |= static_cast<uint64_t>(static_cast<uint8_t>(in_[pos_ + i])) << (8 * i);
-    pos_ += static_cast<size_t>(n);
-    return true;
-  }
-
-  std::string_view in_;
-  size_t pos_ = 0;
-};
 
 caf::error malformed(const char* what) {
   return make_error(errc::invalid_argument,
@@ -150,51 +65,18 @@ std::size_t encoded_size(const command& cmd) {
 
 std::string encode_batch(const std::vector<command>& batch) {
   bool v4 = std::any_of(batch.begin(), batch.end(), needs_v4);
-  writer w;
+  codec::writer w;
   w.u32(v4 ? batch_magic_v4 : batch_magic_v3);
   w.u32(static_cast<uint32_t>(batch.size()));
   for (auto& cmd : batch) {
     w.u8(static_cast<uint8_t>(cmd.type));
     switch (cmd.type) {
-      case command::kind::claim: {
-        auto& c = cmd.claim;
-        w.str(c.route);
-        w.str(c.key);
-        w.str(c.fingerprint);
-        w.i64(c.now_ms);
-        w.i64(c.ttl_ms);
-        w.u8(static_cast<uint8_t>(c.initial_state));
-        w.u16(c.status);
-        w.str(c.headers);
-        w.str(c.response);
-        w.str(c.signal);
-        w.u64(c.owner);
-        w.u64(c.request_id);
-        if (v4) {
-          w.i64(c.deliver_by_ms);
-          w.str(c.signal_type);
-        }
+      case command::kind::claim:
+        codec::write(w, cmd.claim, codec::format{v4, false});
         break;
-      }
-      case command::kind::update: {
-        auto& u = cmd.update;
-        w.str(u.route);
-        w.str(u.key);
-        w.u8(static_cast<uint8_t>(u.op));
-        w.i64(u.first_seen_ms);
-        w.u16(u.status);
-        w.str(u.headers);
-        w.str(u.response);
-        w.u64(u.request_id);
-        if (v4) {
-          w.u32(u.attempt);
-          w.u64(u.owner);
-          w.i64(u.now_ms);
-          w.i64(u.next_attempt_ms);
-          w.i64(u.deliver_by_ms);
-        }
+      case command::kind::update:
+        codec::write(w, cmd.update, codec::format{v4, false});
         break;
-      }
       case command::kind::purge:
         w.i64(cmd.now_ms);
         w.u32(cmd.limit);
@@ -211,12 +93,13 @@ std::string encode_batch(const std::vector<command>& batch) {
 caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
   if (entry.size() % 8 != 0)
     return malformed("length is not a multiple of 8");
-  reader r{entry};
+  codec::reader r{entry};
   uint32_t magic = 0;
   uint32_t count = 0;
   if (!r.u32(magic) || (magic != batch_magic_v3 && magic != batch_magic_v4))
     return malformed("bad magic");
   bool v4 = magic == batch_magic_v4;
+  codec::format log_format{v4, false};
   // Every command takes at least one byte: a count beyond the size is a lie.
   if (!r.u32(count) || count > entry.size())
     return malformed("bad count");
@@ -229,35 +112,14 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
       return malformed("truncated");
     bool ok = true;
     switch (kind) {
-      case static_cast<uint8_t>(command::kind::claim): {
+      case static_cast<uint8_t>(command::kind::claim):
         cmd.type = command::kind::claim;
-        auto& c = cmd.claim;
-        uint8_t state = 0;
-        ok = r.str(c.route) && r.str(c.key) && r.str(c.fingerprint)
-             && r.i64(c.now_ms) && r.i64(c.ttl_ms) && r.u8(state)
-             && state <= static_cast<uint8_t>(record_state::in_doubt)
-             && r.u16(c.status) && r.str(c.headers) && r.str(c.response)
-             && r.str(c.signal) && r.u64(c.owner) && r.u64(c.request_id)
-             && (!v4 || (r.i64(c.deliver_by_ms) && r.str(c.signal_type)));
-        c.initial_state = static_cast<record_state>(state);
+        ok = codec::read(r, cmd.claim, log_format);
         break;
-      }
-      case static_cast<uint8_t>(command::kind::update): {
+      case static_cast<uint8_t>(command::kind::update):
         cmd.type = command::kind::update;
-        auto& u = cmd.update;
-        uint8_t op = 0;
-        auto last
-          = v4 ? transition::reconcile_wait : transition::release_settled;
-        ok = r.str(u.route) && r.str(u.key) && r.u8(op)
-             && op <= static_cast<uint8_t>(last) && r.i64(u.first_seen_ms)
-             && r.u16(u.status) && r.str(u.headers) && r.str(u.response)
-             && r.u64(u.request_id)
-             && (!v4
-                 || (r.u32(u.attempt) && r.u64(u.owner) && r.i64(u.now_ms)
-                     && r.i64(u.next_attempt_ms) && r.i64(u.deliver_by_ms)));
-        u.op = static_cast<transition>(op);
+        ok = codec::read(r, cmd.update, log_format);
         break;
-      }
       case static_cast<uint8_t>(command::kind::purge):
         cmd.type = command::kind::purge;
         ok = r.i64(cmd.now_ms) && r.u32(cmd.limit);
