@@ -146,8 +146,26 @@ void connection::handshake_done() {
     fail_outbound(why);
     return;
   }
+  if (!outbound) {
+    // A certificate of the cluster CA that names no member (a removed
+    // node's, say) gets no further.
+    std::string why;
+    auto named = tls::named_node(cert, why);
+    if (named == 0 || named == owner->id
+        || owner->opts.peers.count(named) == 0) {
+      refuse(verdict::refused_identity,
+             named == 0 ? "client certificate: " + why
+                        : "client certificate names node "
+                            + std::to_string(named)
+                            + ", which is no other member");
+      return;
+    }
+  }
   state = conn_state::hello;
-  send_hello();
+  // The dialler speaks first; the other side answers a hello it checked,
+  // so a stranger learns nothing of this node.
+  if (outbound)
+    send_hello();
   if (state == conn_state::hello)
     take_frames(); // a hello may have come with the handshake's last bytes
 }
@@ -183,8 +201,12 @@ void connection::on_hello(std::string_view payload) {
     refuse(verdict::refused_identity, bad);
     return;
   }
-  if (!outbound)
+  if (!outbound) {
     peer_address = h.address;
+    send_hello();
+    if (state != conn_state::hello)
+      return;
+  }
   opened();
 }
 

@@ -169,8 +169,6 @@ void endpoint::on_listen(int status) {
     return;
   }
   c->start_reading_tcp();
-  if (c->state == conn_state::hello)
-    c->send_hello(); // plain text: say who we are at once
 }
 
 void endpoint::dial(dialer* d) {

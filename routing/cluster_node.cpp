@@ -406,6 +406,9 @@ void doubt_own(caf::event_based_actor* self,
 void cluster_node::shutdown() {
   if (context)
     context->serving.store(false, std::memory_order_release);
+  // Its actors' retries hold the context, which holds the bridge.
+  if (bridge)
+    bridge->stop();
   local.shutdown();
 }
 

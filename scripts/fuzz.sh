@@ -38,7 +38,7 @@ if ! command -v "$cxx" >/dev/null 2>&1; then
 fi
 
 all_targets=(fuzz_request fuzz_canonical_json fuzz_standard_webhooks
-             fuzz_idempotency_key fuzz_basp_guard fuzz_link_frames)
+             fuzz_idempotency_key fuzz_link_frames)
 
 # Product sources each target needs (relative to the repository root).
 sources_of() {
@@ -54,8 +54,6 @@ sources_of() {
     fuzz_idempotency_key)
       echo api/idempotency_key.cpp api/json_text.cpp \
            common/sha256.cpp api/auth.cpp api/url.cpp ;;
-    fuzz_basp_guard)
-      echo routing/peer_basp.cpp ;;
     fuzz_link_frames)
       echo link/frames.cpp persistence/codec.cpp ;;
   esac
@@ -64,7 +62,6 @@ sources_of() {
 # Libraries beyond the common ones.
 libs_of() {
   case "$1" in
-    fuzz_basp_guard) echo -lcaf_io -lcaf_core ;;
   esac
 }
 

@@ -25,6 +25,10 @@ actor_bridge::actor_bridge(caf::actor_system& sys, std::size_t actors) {
 }
 
 actor_bridge::~actor_bridge() {
+  stop();
+}
+
+void actor_bridge::stop() {
   for (auto& hdl : actors_)
     caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
 }

@@ -58,6 +58,12 @@ public:
 
   void post(job fn);
 
+  /// Stops the bridge actors (idempotent); jobs posted afterwards are
+  /// dropped. Jobs waiting in them (a retry's delayed message) may hold
+  /// what owns this bridge: the owner stops it rather than wait for its
+  /// destructor.
+  void stop();
+
   /// Runs `fn` in `self` (a bridge actor) after `delay`.
   static void post_later(caf::event_based_actor* self, caf::timespan delay,
                          job fn);

@@ -162,15 +162,19 @@ class ConfigTest(unittest.TestCase):
         self.assertIn("--keys.ttll", text)
 
     def test_a_bad_cluster_peer_names_the_option(self):
-        code, text = self.run_node(
-            '[cluster]\nid=1\ninsecure=true\npeers=["1=127.0.0.1:7101"]\n')
-        self.assertEqual(code, 2, text)
-        self.assertIn("cluster.peers", text)
-        code, text = self.run_node(
-            '[cluster]\nid=4\ninsecure=true\n'
-            'peers=["1=127.0.0.1:7101,127.0.0.1:7201"]\n')
-        self.assertEqual(code, 2, text)
-        self.assertIn("cluster.id 4 is not among cluster.peers", text)
+        for bad in ("1=127.0.0.1", "1=127.0.0.1:99999", "x=127.0.0.1:7101",
+                    "1=127.0.0.1:7101,127.0.0.1"):
+            code, text = self.run_node(
+                '[cluster]\nid=1\ninsecure=true\npeers=["%s"]\n' % bad)
+            self.assertEqual(code, 2, text)
+            self.assertIn("cluster.peers", text)
+        # The form of builds before the node link (a second, CAF address)
+        # is still read; its second address is ignored.
+        for peers in ('"1=127.0.0.1:7101"', '"1=127.0.0.1:7101,127.0.0.1:7201"'):
+            code, text = self.run_node(
+                '[cluster]\nid=4\ninsecure=true\npeers=[%s]\n' % peers)
+            self.assertEqual(code, 2, text)
+            self.assertIn("cluster.id 4 is not among cluster.peers", text)
 
     def test_raft_entries_must_fit_the_log_byte_bound(self):
         # An entry larger than what a snapshot leaves room for would wait
