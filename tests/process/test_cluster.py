@@ -203,9 +203,8 @@ class Cluster(drill_cluster.Cluster):
         # Mutual TLS between the nodes, as every cluster runs by default.
         self.tls_dir = drill_cluster.make_certs(
             os.path.join(root, "tls"), range(1, peers + 1)) if tls else None
-        ports = free_ports(2 * peers)
-        self.peer_lines = [peer_entry(i + 1, "127.0.0.1", ports[2 * i],
-                                      ports[2 * i + 1])
+        ports = free_ports(peers)
+        self.peer_lines = [peer_entry(i + 1, "127.0.0.1", ports[i])
                            for i in range(peers)]
 
     def ini_text(self, node_id, peer_ids, join=False):

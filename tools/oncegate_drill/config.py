@@ -19,9 +19,10 @@ DRILL_UPSTREAM_CONNECT_TIMEOUT = "500ms"
 DRILL_UPSTREAM_TIMEOUT = "2s"
 
 
-def peer_entry(node_id, host, raft_port, caf_port):
-    """One `cluster.peers` entry: "ID=HOST:RAFT,HOST:CAF" (quoted)."""
-    return '"%d=%s:%d,%s:%d"' % (node_id, host, raft_port, host, caf_port)
+def peer_entry(node_id, host, port):
+    """One `cluster.peers` entry: "ID=HOST:PORT" (quoted), the address of
+    the node's link."""
+    return '"%d=%s:%d"' % (node_id, host, port)
 
 
 def cluster_section(node_id, peers, remote_timeout="2s", join=None,

@@ -288,7 +288,7 @@ class Drill(FaultSchedule):
             peer_hosts = hosts
             ports = {i: tuple(free[3 * k:3 * k + 3])
                      for k, i in enumerate(ids)}
-        peers = [peer_entry(i, peer_hosts[i], ports[i][1], ports[i][2])
+        peers = [peer_entry(i, peer_hosts[i], ports[i][1])
                  for i in ids]
         tls_dir = None
         if self.clustered and not self.args.insecure:
