@@ -109,6 +109,10 @@ struct member_node {
     ro.dir = dir.file("raft");
     ro.bootstrap = bootstrap;
     ro.initial = voters;
+    // The link knows the voters (and this node) as its members.
+    for (auto& v : voters)
+      ro.link.peers[v.id] = v.address;
+    ro.link.peers[id] = address;
     ro.election_timeout_ms = 200;
     ro.heartbeat_timeout_ms = 20;
     ro.max_log_bytes = max_log_bytes;
