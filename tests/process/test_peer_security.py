@@ -28,9 +28,10 @@ ssl modules) tries every node's port while steady Traffic runs:
    instead of a hello (reason=hello).
 
 Each connection must be closed by the node, never answered with a byte
-before a valid hello (a stranger learns nothing, not even the node's id),
-and leave exactly one refusal line in that node's log, found by the rogue's
-source port (`link.refused conn=N remote=127.0.0.1:PORT ... reason=...`);
+after TLS before a valid hello (a stranger gets no hello: not the node's
+link versions or Raft address), and leave exactly one refusal line in that
+node's log, found by the rogue's source port
+(`link.refused conn=N remote=127.0.0.1:PORT ... reason=...`);
 no `link.open` names a rogue. The nodes' own links (one connection per
 pair, from /proc/net/tcp) are the same before and after: a refused
 stranger must not cost the members a connection, and with it the requests
