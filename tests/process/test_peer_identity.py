@@ -1,71 +1,107 @@
-"""A stolen member certificate cannot pose as another member on the CAF
-port (routing/peer_basp): the BASP node id a peer claims is bound to the
-node its certificate names.
+"""A stolen member certificate cannot pose as another member on the node
+link (link/): the node id a peer's hello claims is bound to the node its
+certificate names, and an answer is matched only against the requests sent
+on the same connection.
 
-A 3-node cluster on mutual TLS; the rogue holds follower B's valid
-certificate and key (stolen) and attacks follower A while a sender posts
-unique keys through A (A forwards each one to the leader L over CAF). The
-rogue first learns L's CAF node id from L's own server handshake (anyone
-with a member certificate can read it). Then, each on a new connection to
-A's CAF port (BASP frames from tests/process/basp.py):
+A 3-node cluster on mutual TLS; the rogue holds node 2's valid certificate
+and key (stolen) while a sender posts unique keys through follower A (A
+forwards each one to the leader L over the A-L link). A is node 1 if it is
+a follower, else node 3. Each on a new connection (frames from
+tests/process/linkwire.py), the rogue says a hello:
 
-1. a client handshake claiming L's node id, asking A to route L's traffic
-   through this connection (select_connection_flag): before the guard, A
-   sent the rogue the requests meant for the leader, so the rogue could
-   answer "go ahead" for a key L had already decided;
-2. a client handshake claiming A's own node id;
-3. a handshake with B's own id, then a routed message whose source is L;
-4. the same, then a down message for L's published actor (it would kill
-   A's handle of the leader's front actor);
-5. the same, then a monitor message in L's name;
-6. (control) a handshake with B's own id, answering heartbeats: stays
-   open, gets heartbeats only.
+1. to nodes 1 and 3, claiming each member but 2 (the leader's id among
+   them unless node 2 leads, and the attacked node's own), and node 9,
+   which is no member; each hello is followed at once by what a member in
+   that name could do: a request (a claim), answers for request ids 0..63,
+   a Raft stream with a RequestVote of a much higher term;
+2. to node 2 itself: its own certificate is refused at the handshake.
 
-1-5 must be closed by A within CLOSE_BOUND, get nothing but A's own
-server handshake (and heartbeats), and leave one refusal line naming the
-rogue's source port; 6 must not be closed. Throughout, every key sent
-through A is answered 200 (no gap above MAX_GAP), the leader and term stay,
-every key executed exactly once. At the end every node stops cleanly (no
-exit watchdog) with silent connections pending a TLS handshake."""
+1-2 must be closed by the node within CLOSE_BOUND, get not a byte (the
+node answers only a hello it checked), and leave one refusal line
+(`link.refused ... remote=127.0.0.1:PORT ... reason=identity`) naming the
+rogue's source port; none opens a link.
+
+3. (control) node 2's true hello (id 2, node 2's address) to node 3, the
+   node of a higher id: this is node 2's own identity, accepted by design:
+   the link opens (node 3 answers with its hello; the rogue's link replaces
+   the real node 2's, which dials again and takes its place back). With
+   node 2's certificate the rogue gets a link as node 2 and as no other
+   member.
+
+Throughout, every key sent through A is answered 200 (no gap above
+MAX_GAP), the leader and term stay, every key executed exactly once. At the
+end every node stops cleanly (no exit watchdog) with silent connections
+pending a TLS handshake."""
 
 import os
 import re
 import signal
 import socket
 import ssl
+import struct
 import sys
 import threading
 import time
 import unittest
 
-import basp
+import linkwire
 from harness import wait_for
-from test_cluster import ROUTE, OwnClusterCase, with_logs
+from test_cluster import OwnClusterCase, with_logs
 from test_cluster_faults import log_size, log_text
-from test_peer_security import ports_of, tls_context
+from test_peer_security import address, ports_of, request_vote, tls_context
 
 CLOSE_BOUND = 1.0
 # Below cluster.remote-timeout (1 s): a forward lost to the rogue shows.
 MAX_GAP = 0.8
 CONTROL_OPEN = 1.5
-# How long the leader is held while the rogue's answers reach A's pending
-# forward (below the election timeout, 500 ms).
+# How long the leader is held while the rogue's answers reach A (below the
+# election timeout, 500 ms).
 HOLD_BOUND = 0.3
+STOLEN = 2
 
 
 def connect(cluster, node_id, cert_of):
-    """A TLS connection to node `node_id`'s CAF port with member
-    `cert_of`'s certificate, and that node's server handshake."""
+    """A TLS connection to node `node_id`'s port with member `cert_of`'s
+    certificate."""
     tls = cluster.tls_dir
     ctx = tls_context(os.path.join(tls, "node-%d.pem" % cert_of),
                       os.path.join(tls, "node-%d.key" % cert_of))
-    port = ports_of(cluster, node_id)[1]
-    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port),
-                                                    timeout=5))
-    op, _, _, _, _, payload = basp.read_frame(sock)
-    if op != basp.SERVER_HANDSHAKE:
-        raise AssertionError("expected a server handshake, got op %d" % op)
-    return sock, basp.server_handshake(payload)
+    return ctx.wrap_socket(socket.create_connection(
+        ("127.0.0.1", ports_of(cluster, node_id)), timeout=5))
+
+
+def refusals(text):
+    """{source port: [link.refused lines]} of a log's text."""
+    out = {}
+    for line in text.splitlines():
+        m = re.search(r"link\.refused conn=\d+ remote=127\.0\.0\.1:(\d+) ",
+                      line)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(line)
+    return out
+
+
+def opened(text, src):
+    """The link.open lines of a log's text naming source port `src`."""
+    return [line for line in text.splitlines()
+            if "link.open " in line and " remote=127.0.0.1:%d " % src in line]
+
+
+def node_hello(data):
+    """The node id of the hello `data` starts with, None if it does not."""
+    frames, _ = linkwire.split_frames(data)
+    if not frames or frames[0][0] != linkwire.HELLO:
+        return None
+    try:
+        return linkwire.decode_hello(frames[0][3])[2]
+    except ValueError:
+        return None
+
+
+def claim_request():
+    """A claim request's payload as far as its op (the rest is garbage: a
+    node that read it would close the link as malformed)."""
+    return struct.pack("<B", 1) + os.urandom(32)
 
 
 class Sender:
@@ -74,9 +110,10 @@ class Sender:
 
     MAX_KEYS = 3000
 
-    def __init__(self, case, node_id):
+    def __init__(self, case, node_id, prefix="identity"):
         self.case = case
         self.node_id = node_id
+        self.prefix = prefix
         self.results = []
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -85,7 +122,7 @@ class Sender:
         for n in range(self.MAX_KEYS):
             if self.stop_flag.is_set():
                 return
-            key = "identity-%d" % n
+            key = "%s-%d" % (self.prefix, n)
             try:
                 status = self.case.post(self.node_id, key, timeout=5)[0]
             except OSError as e:
@@ -105,103 +142,120 @@ class PeerIdentityTest(OwnClusterCase):
 
     maxDiff = None
 
-    def connect(self, node_id, cert_of):
-        return connect(self.cluster, node_id, cert_of)
-
     @with_logs
     def test_a_stolen_certificate_cannot_pose_as_another_member(self):
         ids = [1, 2, 3]
         lid = self.start_nodes(ids, ids)
-        a, b = [i for i in ids if i != lid]
+        a = 1 if lid != 1 else 3
         term = self.cluster.statuses([a])[a]["term"]
-        sock, (leader_node, leader_aid) = self.connect(lid, b)
-        sock.close()
-        atom, _, leader_host = basp.split_node_id(leader_node)
-        host_bound = leader_host == basp.caf_host_id(lid)
-        own_b = basp.node_id(atom, 4242, basp.caf_host_id(b))
-        garbage = os.urandom(64)
-        mark = log_size(self.cluster.node(a))
+        marks = {i: log_size(self.cluster.node(i)) for i in ids}
+        behind = (linkwire.frame(linkwire.REQUEST, claim_request(),
+                                 id_=1)
+                  + b"".join(linkwire.frame(linkwire.ANSWER, os.urandom(24),
+                                            id_=n) for n in range(64))
+                  + linkwire.frame(linkwire.RAFT_OPEN, id_=1)
+                  + linkwire.frame(linkwire.RAFT_DATA,
+                                   request_vote(term + 1000, STOLEN), id_=1))
+        plan = []
+        for target in (1, 3):
+            for claimed in (1, 3, 9):
+                if claimed == target:
+                    expect = "claims this node's own id %d" % target
+                elif claimed == 9:
+                    expect = "node 9 is not a member"
+                else:
+                    expect = ("claims node %d but its certificate names "
+                              "node-%d.oncegate" % (claimed, STOLEN))
+                where = (address(self.cluster, claimed) if claimed != 9
+                         else "127.0.0.1:9")
+                plan.append(("node %d, claiming %d%s" % (
+                    target, claimed, " (the leader)" if claimed == lid
+                    else ""), target,
+                    linkwire.hello(claimed, where) + behind,
+                    ("reason=identity", expect)))
+        plan.append(("node 2, its own certificate", STOLEN,
+                     linkwire.hello(STOLEN, address(self.cluster, STOLEN)),
+                     ("reason=identity", "client certificate names node 2, "
+                      "which is no other member")))
         probes = []
         with Sender(self, a) as sender:
             self.assertTrue(wait_for(lambda: len(sender.results) >= 20, 15),
                             "no answers through node %d" % a)
             t_start = time.monotonic()
-            for name, frames in (
-                    ("claims the leader's node id",
-                     [basp.client_handshake(leader_node)]),
-                    ("claims the attacked node's own id", None),
-                    ("routed message in the leader's name",
-                     [basp.client_handshake(own_b),
-                      basp.frame(basp.ROUTED_MESSAGE, leader_node + "{A}"
-                                 .encode() + garbage, src=leader_aid,
-                                 dst=1)]),
-                    ("down message for the leader's front actor",
-                     [basp.client_handshake(own_b),
-                      basp.frame(basp.DOWN_MESSAGE, leader_node + "{A}"
-                                 .encode() + garbage, src=leader_aid)]),
-                    ("monitor message in the leader's name",
-                     [basp.client_handshake(own_b),
-                      basp.frame(basp.MONITOR_MESSAGE, leader_node + "{A}"
-                                 .encode(), dst=1)])):
-                sock, (a_node, _) = self.connect(a, b)
+            for name, target, data, expect in plan:
+                try:
+                    sock = connect(self.cluster, target, STOLEN)
+                except (ssl.SSLError, OSError) as e:
+                    # Refused at the handshake (TLS 1.3 may say so here).
+                    probes.append((name, target, None, b"", True, 0.0,
+                                   expect, repr(e)))
+                    continue
                 src = sock.getsockname()[1]
-                if frames is None:
-                    frames = [basp.client_handshake(a_node)]
-                data = b"".join(frames).replace(b"{A}", a_node)
                 t0 = time.monotonic()
                 try:
                     sock.sendall(data)
-                    seen, closed = basp.read_until_closed(sock, CLOSE_BOUND)
+                    seen, closed = linkwire.read_until_closed(sock,
+                                                              CLOSE_BOUND)
                 except (ssl.SSLError, OSError) as e:
-                    seen, closed = [("send failed", repr(e))], True
+                    seen, closed = b"", True
                 took = time.monotonic() - t0
                 sock.close()
-                probes.append((name, src, seen, closed, took))
-            # The control: B's own id is B's to claim.
-            sock, _ = self.connect(a, b)
+                probes.append((name, target, src, seen, closed, took, expect,
+                               ""))
+            # The control: node 2's own identity is node 2's to claim.
+            sock = connect(self.cluster, 3, STOLEN)
             src_ok = sock.getsockname()[1]
-            sock.sendall(basp.client_handshake(own_b))
-            control_seen, control_closed = basp.read_until_closed(
-                sock, CONTROL_OPEN, answer_heartbeats=True)
+            sock.sendall(linkwire.hello(STOLEN,
+                                        address(self.cluster, STOLEN)))
+            control_seen, control_closed = linkwire.read_until_closed(
+                sock, CONTROL_OPEN)
             sock.close()
             t_end = time.monotonic()
             recovered = wait_for(
                 lambda: sum(1 for t, _, s in sender.results
                             if t > t_end and s == 200) >= 10, 10)
-        for name, src, seen, closed, took in probes:
-            print("  %s: src=%d closed=%s after %.2fs, received (op, dst) %s"
-                  % (name, src, closed, took, seen[:8]), file=sys.stderr)
-        text = log_text(self.cluster.node(a), mark)
-        refusals = {}
-        for line in text.splitlines():
-            m = re.search(r"peer_tls\.rejected inbound peer=127\.0\.0\.1:(\d+)"
-                          r" .*BASP", line)
-            if m:
-                refusals.setdefault(int(m.group(1)), []).append(line)
-        problems = [] if host_bound else [
-            "the leader's CAF host id %s is not caf_host_id(%d)"
-            % (leader_host.hex(), lid)]
-        for name, src, seen, closed, took in probes:
+        texts = {i: log_text(self.cluster.node(i), marks[i]) for i in ids}
+        problems = []
+        for name, target, src, seen, closed, took, expect, err in probes:
+            print("  %s: src=%s closed=%s after %.2fs, received %r %s"
+                  % (name, src, closed, took, seen[:32], err),
+                  file=sys.stderr)
             if not closed:
                 problems.append("%s: not closed within %.1fs" % (name,
                                                                  CLOSE_BOUND))
-            got = [x for x in seen if x[0] != basp.HEARTBEAT]
-            if got:
-                problems.append("%s: the rogue received %s" % (name, got))
-            if len(refusals.get(src, [])) != 1:
-                problems.append("%s: expected one BASP refusal line for port "
-                                "%d, got %s" % (name, src,
-                                                refusals.get(src)))
+            if seen:
+                problems.append("%s: the rogue received %r" % (name,
+                                                               seen[:64]))
+            if src is None:
+                continue  # refused before the rogue knew its port: below
+            lines = refusals(texts[target]).get(src, [])
+            if len(lines) != 1 or not all(x in lines[0] for x in expect):
+                problems.append("%s: expected one line with %r for port %d, "
+                                "got %s" % (name, expect, src, lines))
+            if opened(texts[target], src):
+                problems.append("%s: opened a link: %s"
+                                % (name, opened(texts[target], src)))
         if not recovered:
             problems.append("no answers through node %d after the rogue: %s"
                             % (a, sender.results[-3:]))
         self.assertEqual(problems, [], "a stolen certificate posed as "
                          "another member")
-        self.assertFalse(control_closed, "the control (node %d's own id) was "
-                         "closed: %s" % (b, control_seen))
-        self.assertEqual([x for x in control_seen if x[0] != basp.HEARTBEAT],
-                         [], "the control received messages")
-        self.assertNotIn(src_ok, refusals, "the control was refused")
+        self.assertEqual(node_hello(control_seen), 3,
+                         "the control (node 2's own identity) got no hello "
+                         "of node 3: %r" % control_seen[:64])
+        control_open = opened(texts[3], src_ok)
+        self.assertEqual(len(control_open), 1, control_open)
+        self.assertIn(" peer=2 ", control_open[0])
+        self.assertNotIn(src_ok, refusals(texts[3]), "the control was "
+                         "refused")
+        # Every link.open of the whole run names a member by its own
+        # certificate: the rogue opened one link, as node 2.
+        rogue_ports = {p[2] for p in probes} | {src_ok}
+        rogue_links = [line for i in ids for line in texts[i].splitlines()
+                       if "link.open " in line and any(
+                           " remote=127.0.0.1:%d " % p in line
+                           for p in rogue_ports if p)]
+        self.assertEqual(len(rogue_links), 1, rogue_links)
         # The cluster served on, through the attacked node, at once.
         during = [(t, k, s) for t, k, s in sender.results
                   if t_start <= t <= t_end]
@@ -221,12 +275,12 @@ class PeerIdentityTest(OwnClusterCase):
         self.assertEqual([k for k in keys if counts.get(k) != 1], [],
                          "keys not executed exactly once")
         # Each node stops cleanly (no exit watchdog: Node.stop() fails on
-        # it) while handshakes are pending on its CAF port: silent TCP
-        # connections, whose write interest peer_tls holds back.
+        # it) while handshakes are pending on its port: silent TCP
+        # connections.
         pending = []
         try:
             for i in ids:
-                port = ports_of(self.cluster, i)[1]
+                port = ports_of(self.cluster, i)
                 pending += [socket.create_connection(("127.0.0.1", port),
                                                      timeout=5)
                             for _ in range(3)]
@@ -239,97 +293,128 @@ class PeerIdentityTest(OwnClusterCase):
 
 
 class ForgedAnswerTest(OwnClusterCase):
-    """A member answering for the leader: CAF matches an answer to its
-    request by message id alone, so a rogue with follower B's certificate
-    (its own node id, which the guard lets through) sprays answers
-    `claim_result{accepted}` at follower A's actors while A forwards a
-    claim of a key the leader has already executed (the leader is held
-    with SIGSTOP for at most HOLD_BOUND meanwhile, so that A's forward is
-    pending when the forged answers arrive). Before the check of
-    the answer's sender (`cluster::answered_by`), A took a forged answer
-    and the key executed twice (3 of 3); now the forged one is refused
-    (`cluster.answer_refused` in A's log), the claim retried, and the
-    sender gets 409."""
+    """A member answering for the leader. The rogue holds the certificate
+    of follower F1 (the lower id of the two followers) and says F1's true
+    hello to follower F2: that is F1's own identity, accepted by design (the
+    rogue's link replaces the real F1's link to F2; the real F1 dials again
+    and takes it back, so the rogue reconnects, again and again). On each
+    link it sprays `answer` frames with ids 0..SPRAY_IDS and random
+    payloads, while F2 forwards claims to the leader L: a claim of a key L
+    is executing (F2 must answer 409: a forged "accepted" would execute it
+    twice), with L held (SIGSTOP, at most HOLD_BOUND) so that F2's request
+    is pending while the answers arrive, and a stream of unique keys (each
+    200). F2 matches an answer only against the requests it sent on the
+    same connection: those to L went on the F2-L link, so every forged
+    answer is ignored (counted late) or, should its id match a request of
+    F2's to F1 (none here), would close the link as malformed
+    (reason=frame). Observable: no key executes twice, the claims get 409
+    and 200 as they should."""
 
-    def test_an_answer_from_another_member_than_the_one_asked_is_refused(self):
+    SPRAY_IDS = 200
+
+    def test_an_answer_on_another_members_link_answers_nothing(self):
         ids = [1, 2, 3]
         lid = self.start_nodes(ids, ids)
-        a, b = [i for i in ids if i != lid]
-        for n in range(3):  # A's links and bridge actors exist
-            self.assertEqual(self.post(a, "warm-%d" % n)[0], 200)
-        sock, (a_node, a_front) = connect(self.cluster, a, b)
-        atom, _, _ = basp.split_node_id(a_node)
-        sock.sendall(basp.client_handshake(
-            basp.node_id(atom, 4242, basp.caf_host_id(b)), flags=0))
-        # Which actor ids does A answer for? (an empty request each)
-        sock.sendall(b"".join(
-            basp.frame(basp.DIRECT_MESSAGE, basp.message("@<>"),
-                       op_data=basp.REQUEST + aid, src=7, dst=aid)
-            for aid in range(1, 100)))
-        _, closed = basp.read_until_closed(sock, 1.5,
-                                              answer_heartbeats=True)
-        self.assertFalse(closed, "the rogue's own requests were refused")
-        # All ids answer (an error for the unknown ones); the targets are
-        # every id but A's front: the bridge actors that forward claims.
-        targets = [aid for aid in range(1, 100) if aid != a_front]
+        f1, f2 = sorted(i for i in ids if i != lid)
+        for n in range(3):  # F2's links exist
+            self.assertEqual(self.post(f2, "warm-%d" % n)[0], 200)
+        hello = linkwire.hello(f1, address(self.cluster, f1))
+        stop = threading.Event()
+        sprays = []  # (time, rogue's source port, the node's hello seen)
+
+        def sprayer():
+            while not stop.is_set():
+                spray = b"".join(linkwire.frame(
+                    linkwire.ANSWER, os.urandom(n % 48), id_=n)
+                    for n in range(self.SPRAY_IDS))
+                try:
+                    sock = connect(self.cluster, f2, f1)
+                except (ssl.SSLError, OSError):
+                    continue
+                try:
+                    src = sock.getsockname()[1]
+                    sock.sendall(hello + spray)
+                    got = b""
+                    while not stop.is_set():
+                        data, closed = linkwire.read_until_closed(sock, 0.05)
+                        got += data
+                        sprays.append((time.monotonic(), src,
+                                       node_hello(got) == f2))
+                        if closed:
+                            break
+                        sock.sendall(spray)
+                except (ssl.SSLError, OSError):
+                    pass
+                finally:
+                    sock.close()
+
+        mark = log_size(self.cluster.node(f2))
         key = "forged-answer"
-        spray = b"".join(
-            basp.frame(basp.DIRECT_MESSAGE,
-                       basp.claim_result_accepted(ROUTE, key),
-                       op_data=basp.RESPONSE + mid, src=7, dst=aid)
-            for aid in targets for mid in range(1, 60))
-        mark = log_size(self.cluster.node(a))
         self.up.set_mode("slow", 6)
         results = {}
         first = threading.Thread(target=lambda: results.__setitem__(
             "leader", self.post(lid, key, 30)[0]))
         first.start()
         self.assertTrue(wait_for(lambda: self.up.executions(key) == 1, 10))
-        stop = threading.Event()
-
-        def sprayer():
-            while not stop.is_set():
-                try:
-                    sock.sendall(spray)
-                    basp.read_until_closed(sock, 0.05, answer_heartbeats=True)
-                except (ssl.SSLError, OSError):
-                    return
-
         spraying = threading.Thread(target=sprayer, daemon=True)
         spraying.start()
-        # The leader is held (SIGSTOP) while A forwards, so A's request is
-        # pending until a forged answer reached it (A logs the refusal):
-        # without the hold the leader's genuine 409 came back within a
-        # millisecond and the spray hit the window only now and then.
-        # Bounded below the election timeout (500 ms) and the CAF
-        # connection timeout (1 s): the leader and the links stay.
+        self.assertTrue(wait_for(lambda: any(ok for _, _, ok in sprays), 10),
+                        "the rogue got no link as node %d" % f1)
+        # The leader is held (SIGSTOP) while F2 forwards, so F2's request
+        # is pending while the rogue sprays (a few rounds on a link that
+        # opened). Bounded below the election timeout (500 ms): the leader
+        # and the links stay.
         leader = self.cluster.node(lid).proc
         follower = threading.Thread(target=lambda: results.__setitem__(
-            "follower", self.post(a, key, 30)[0]))
+            "follower", self.post(f2, key, 30)[0]))
         os.kill(leader.pid, signal.SIGSTOP)
         try:
+            held = time.monotonic()
             follower.start()
-            reached = wait_for(lambda: "cluster.answer_refused" in log_text(
-                self.cluster.node(a), mark), HOLD_BOUND)
+            reached = wait_for(lambda: sum(
+                1 for t, _, ok in list(sprays) if t > held and ok) >= 3,
+                HOLD_BOUND, 0.01)
         finally:
             os.kill(leader.pid, signal.SIGCONT)
         follower.join(30)
+        self.up.set_mode("normal")
+        with Sender(self, f2, "forged") as sender:
+            self.assertTrue(wait_for(lambda: len(sender.results) >= 30, 20),
+                            "no answers through node %d while the rogue "
+                            "sprays" % f2)
         stop.set()
         spraying.join(10)
-        self.up.set_mode("normal")
         first.join(30)
-        sock.close()
-        refused = log_text(self.cluster.node(a), mark).count(
-            "cluster.answer_refused")
-        print("answers %s, forged answers refused by node %d: %d"
-              % (results, a, refused), file=sys.stderr)
+        text = log_text(self.cluster.node(f2), mark)
+        rogue_ports = {src for _, src, _ in sprays}
+        links = [line for line in text.splitlines() if "link.open " in line
+                 and any(" remote=127.0.0.1:%d " % p in line
+                         for p in rogue_ports)]
+        closed_frame = [line for line in text.splitlines()
+                        if "reason=frame" in line]
+        print("answers %s; the rogue had %d links to node %d as node %d, "
+              "%d closed for a frame; %d keys through node %d meanwhile"
+              % (results, len(links), f2, f1, len(closed_frame),
+                 len(sender.results), f2), file=sys.stderr)
         self.assertEqual(self.up.executions(key), 1)
         self.assertEqual(results, {"leader": 200, "follower": 409})
-        self.assertTrue(reached, "no forged answer reached the pending "
-                        "request within %.1fs of holding the leader"
-                        % HOLD_BOUND)
-        self.assertGreater(refused, 0, "no forged answer reached a pending "
-                           "request: the case proved nothing")
+        self.assertTrue(reached, "the rogue's answers did not reach node %d "
+                        "within %.1fs of holding the leader"
+                        % (f2, HOLD_BOUND))
+        self.assertGreater(len(links), 0, "the rogue got no link: the case "
+                           "proved nothing")
+        self.assertTrue(all(" peer=%d " % f1 in line for line in links),
+                        links)
+        failed = [(k, s) for _, k, s in sender.results if s != 200]
+        self.assertEqual(failed, [], "keys through node %d not answered 200"
+                         % f2)
+        counts = self.up.counts()["keys"]
+        self.assertEqual([k for _, k, _ in sender.results
+                          if counts.get(k) != 1], [],
+                         "keys not executed exactly once")
+        for i in ids:
+            self.assertIsNone(self.cluster.node(i).check_alive(),
+                              "node %d exited" % i)
         for i in ids:
             self.assertEqual(self.cluster.node(i).stop(), 0, "node %d" % i)
 
