@@ -352,10 +352,16 @@ void connection::refuse(verdict v, const std::string& why) {
                    || v == verdict::refused_source
                  ? spdlog::level::info
                  : spdlog::level::warn;
-  log::cluster()->log(level,
-                      "link.refused conn={} remote={} peer={} reason={} "
-                      "detail={}",
-                      serial, remote, peer_id, reason, why);
+  if (auto suppressed = owner->refusal_lines.take(); suppressed >= 0) {
+    if (suppressed > 0)
+      log::cluster()->warn("link.refusals_suppressed count={} (more than {} "
+                           "a second)",
+                           suppressed, refusal_log_rate);
+    log::cluster()->log(level,
+                        "link.refused conn={} remote={} peer={} reason={} "
+                        "detail={}",
+                        serial, remote, peer_id, reason, why);
+  }
   close(v, why);
 }
 

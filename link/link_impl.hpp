@@ -23,6 +23,7 @@
 // while its streams have; both resume below `low_water`.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -47,6 +48,36 @@ constexpr size_t read_chunk = 64 * 1024;
 constexpr size_t high_water = 256 * 1024;
 constexpr size_t low_water = 64 * 1024;
 constexpr int listen_backlog = 128;
+/// Refusal lines logged a second at most (a burst of as many): a flood of
+/// strangers must not fill the disk; the counters count every refusal.
+constexpr int refusal_log_rate = 20;
+
+/// A token bucket of log lines.
+struct log_budget {
+  double tokens = refusal_log_rate;
+  clock_type::time_point last = clock_type::now();
+  int64_t suppressed = 0;
+
+  /// -1: no line now (counted); otherwise the lines suppressed since the
+  /// last one (reported with it).
+  int64_t take() {
+    auto now = clock_type::now();
+    tokens = std::min<double>(
+      refusal_log_rate,
+      tokens
+        + std::chrono::duration<double>(now - last).count() * refusal_log_rate);
+    last = now;
+    if (tokens < 1) {
+      ++suppressed;
+      return -1;
+    }
+    tokens -= 1;
+    auto res = suppressed;
+    suppressed = 0;
+    return res;
+  }
+};
+
 /// A hello is a few dozen bytes; more before the hello is no hello.
 constexpr uint32_t max_hello_bytes = 1024;
 
@@ -262,6 +293,7 @@ struct endpoint {
   std::map<uint64_t, connection*> links;                 // open, by peer
   std::map<uint64_t, std::unique_ptr<dialer>> dialers;   // by peer
   std::map<connect_wait*, std::unique_ptr<connect_wait>> waits;
+  log_budget refusal_lines;
   /// The members' IPs (numeric text), for `member_sources_only`.
   std::set<std::string> member_ips;
   uint64_t next_serial = 1;
