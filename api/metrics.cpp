@@ -307,6 +307,41 @@ std::string gateway_metrics::render(const node_metrics& node) const {
     metric(out, "oncegate_peer_messages_refused_total", "counter",
            "Messages from other nodes refused as malformed (never applied).",
            c.peer_messages_refused);
+    auto& l = c.link;
+    metric(out, "oncegate_link_open", "gauge",
+           "Node links open now (one per other node when healthy).", l.links);
+    metric(out, "oncegate_link_streams", "gauge",
+           "Raft streams open on the node links now.", l.streams);
+    metric(out, "oncegate_link_buffered_bytes", "gauge",
+           "Bytes the node links hold in their own writes now.",
+           l.buffered_bytes);
+    header(out, "oncegate_link_refused_total", "counter",
+           "Connections to the node link's port closed, by reason.");
+    const std::pair<const char*, uint64_t> refused[] = {
+      {"handshake", l.refused_handshake}, {"identity", l.refused_identity},
+      {"hello", l.refused_hello},         {"busy", l.refused_busy},
+      {"source", l.refused_source},       {"frame", l.refused_frame}};
+    for (auto& [reason, n] : refused) {
+      out += "oncegate_link_refused_total{reason=\"";
+      out += reason;
+      out += "\"} ";
+      out += std::to_string(n);
+      out += '\n';
+    }
+    metric(out, "oncegate_link_requests_sent_total", "counter",
+           "Requests this node sent other nodes over the link.",
+           l.requests_sent);
+    metric(out, "oncegate_link_requests_failed_total", "counter",
+           "Requests that got no answer (no link, timeout, link lost).",
+           l.requests_failed);
+    metric(out, "oncegate_link_late_answers_total", "counter",
+           "Answers that came after their request had failed.",
+           l.late_answers);
+    metric(out, "oncegate_link_requests_served_total", "counter",
+           "Requests of other nodes this node served.", l.requests_served);
+    metric(out, "oncegate_link_requests_overloaded_total", "counter",
+           "Requests of other nodes answered overloaded at the bound.",
+           l.requests_overloaded);
   }
   return out;
 }

@@ -312,6 +312,21 @@ public:
       res.background_dropped = background_dropped_;
     }
     res.peer_messages_refused = refused_->load();
+    auto ls = cluster_->raft->link_stats();
+    res.link = {ls.links,
+                ls.streams,
+                ls.buffered_bytes,
+                ls.refused_handshake,
+                ls.refused_identity,
+                ls.refused_hello,
+                ls.refused_busy,
+                ls.refused_source,
+                ls.refused_frame,
+                ls.requests_sent,
+                ls.requests_failed,
+                ls.late_answers,
+                ls.requests_served,
+                ls.requests_overloaded};
     for (auto& [m, role] : st.members)
       res.members.push_back({m.id, m.address, cluster::raft_role_name(role)});
     return res;

@@ -32,6 +32,24 @@ struct cluster_member {
   std::string role;
 };
 
+/// The node link's counters (link::link_stats, as /metrics shows them).
+struct link_counters {
+  uint64_t links = 0;
+  uint64_t streams = 0;
+  uint64_t buffered_bytes = 0;
+  uint64_t refused_handshake = 0;
+  uint64_t refused_identity = 0;
+  uint64_t refused_hello = 0;
+  uint64_t refused_busy = 0;
+  uint64_t refused_source = 0;
+  uint64_t refused_frame = 0;
+  uint64_t requests_sent = 0;
+  uint64_t requests_failed = 0;
+  uint64_t late_answers = 0;
+  uint64_t requests_served = 0;
+  uint64_t requests_overloaded = 0;
+};
+
 /// The Raft state of a cluster node (`enabled` is false on a single node).
 struct cluster_info : raft_progress {
   bool enabled = false;
@@ -45,6 +63,7 @@ struct cluster_info : raft_progress {
   uint64_t background_dropped = 0;
   /// Messages from other nodes refused as malformed.
   uint64_t peer_messages_refused = 0;
+  link_counters link;
   std::vector<cluster_member> members;
 };
 
