@@ -856,14 +856,13 @@ cluster_run() {
   local settle index lid1 counts=() t0
   mkdir -p "$dir"
   ini=$dir/cluster.ini
-  mapfile -t ports < <(py freeport 6)
-  [ "${#ports[@]}" = 6 ] || die "freeport: ${ports[*]}"
+  mapfile -t ports < <(py freeport 3)
+  [ "${#ports[@]}" = 3 ] || die "freeport: ${ports[*]}"
   {
     echo '[cluster]'
     echo 'peers=['
     for i in 1 2 3; do
-      printf '  "%d=127.0.0.1:%d,127.0.0.1:%d"%s\n' "$i" \
-        "${ports[$(( (i - 1) * 2 ))]}" "${ports[$(( (i - 1) * 2 + 1 ))]}" \
+      printf '  "%d=127.0.0.1:%d"%s\n' "$i" "${ports[$(( i - 1 ))]}" \
         "$([ "$i" -lt 3 ] && echo ,)"
     done
     echo ']'

@@ -115,10 +115,10 @@ def start_single(bin_, tmp, url):
 
 
 def start_cluster(bin_, tmp, url):
-    ports = free_ports(6)
+    ports = free_ports(3)
     ini = os.path.join(tmp, "cluster.ini")
-    peers = ",".join(peer_entry(i, "127.0.0.1", ports[2 * (i - 1)],
-                                ports[2 * (i - 1) + 1]) for i in (1, 2, 3))
+    peers = ",".join(peer_entry(i, "127.0.0.1", ports[i - 1])
+                     for i in (1, 2, 3))
     tls = make_certs(os.path.join(tmp, "tls"), (1, 2, 3))
     with open(ini, "w") as f:
         f.write(route_ini(url))

@@ -681,6 +681,20 @@ class SharedClusterTest(SharedClusterCase):
         self.assertEqual(metric(text, "oncegate_raft_members"), 3)
         status, _, body = self.cluster.node(lid).request("GET", "/metrics")
         self.assertEqual(metric(body.decode(), "oncegate_raft_is_leader"), 1)
+        # One node link to each other node, carrying Raft's streams; no
+        # refusals among members.
+        def links():
+            _, _, body = self.cluster.node(follower).request("GET",
+                                                             "/metrics")
+            return body.decode()
+        self.assertTrue(wait_for(
+            lambda: metric(links(), "oncegate_link_open") == 2, 10),
+            links())
+        text = links()
+        self.assertGreaterEqual(metric(text, "oncegate_link_streams"), 2)
+        for reason in ("identity", "hello", "frame"):
+            self.assertIn('oncegate_link_refused_total{reason="%s"} 0'
+                          % reason, text)
 
     def run_failover(self, tag, fail_leader, label):
         """Traffic, then `fail_leader(node)` on the leader; once the
