@@ -177,6 +177,8 @@ void connection::on_frame(const frame_header& h, std::string_view payload) {
       refuse(verdict::refused_frame, "a second hello");
       return;
     case frame_type::raft_open: {
+      if (owner->closing)
+        return; // libraft closes its transport: it takes no stream
       // The peer's ids have the other parity than ours.
       auto theirs_parity = outbound ? 0u : 1u;
       if (!payload.empty() || h.id == 0 || (h.id & 1) != theirs_parity

@@ -1,5 +1,6 @@
 // @private: the inside of the node link (node_link.hpp), shared by its
-// implementation files and included by nothing else. link_endpoint.cpp is
+// implementation files and included by nothing else. link_context.cpp
+// makes the TLS context; link_endpoint.cpp is
 // libraft's side (init, listen, connect, close), dialling and the member
 // list; link_connection.cpp one connection's states up to an open link
 // (TCP, TLS, hello, refusals, closing); link_frames_io.cpp the bytes of an
@@ -93,6 +94,11 @@ std::string sockaddr_text(const sockaddr* sa);
 
 // The IP of `sa` alone, numeric.
 std::string ip_text(const sockaddr* sa);
+
+// The context of every link connection, both roles: mutual TLS under the
+// cluster CA with this node's identity (link_context.cpp); null with
+// `error` set when a file does not load or check.
+SSL_CTX* make_context(const tls_files& files, std::string& error);
 
 // Why a TLS handshake or read failed: the certificate check's verdict if
 // it failed, else OpenSSL's error queue.
