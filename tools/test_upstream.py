@@ -75,7 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         up = self.server.upstream
-        up.connected(self.request)
+        up.connected(self.request, self.server)
         if isinstance(self.request, ssl.SSLSocket):
             self.request.settimeout(HANDSHAKE_TIMEOUT)
             try:
@@ -296,7 +296,11 @@ class TestUpstream:
         being read or answered is cut off). The accept loop ends in the
         background: `server_close` waits for the connection threads, which
         must not hold up the outage (or a signal handler calling this)."""
-        server, self._server = self._server, None
+        # One step with `connected`: a connection either is in the list
+        # taken here or sees the server gone and shuts itself down.
+        with self._lock:
+            server, self._server = self._server, None
+            conns = list(self._open)
         if server is None:
             return
         self._release.set()
@@ -304,8 +308,6 @@ class TestUpstream:
             server.socket.shutdown(socket.SHUT_RDWR)  # no longer listening
         except OSError:
             pass
-        with self._lock:
-            conns = list(self._open)
         for sock in conns:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -376,11 +378,19 @@ class TestUpstream:
         with self._lock:
             return list(self._attempts.get(key, []))
 
-    def connected(self, sock=None):
+    def connected(self, sock=None, server=None):
         with self._lock:
             self._connections += 1
             if sock is not None:
                 self._open.add(sock)
+            # Accepted by a server an outage has ended since: the outage's
+            # list of open connections was taken before this one joined it.
+            late = server is not None and server is not self._server
+        if late:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def disconnected(self, sock):
         with self._lock:
