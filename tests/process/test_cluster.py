@@ -410,11 +410,12 @@ class Traffic:
 
     # Results (call after stop()).
     def final(self, status):
-        return sorted(k for k, e in self.keys.items() if e["status"] == status)
+        return sorted(k for k, e in list(self.keys.items())
+                      if e["status"] == status)
 
     def decisions(self):
         """Times of every final answer (a decision was made)."""
-        return sorted(e["at"] for e in self.keys.values()
+        return sorted(e["at"] for e in list(self.keys.values())
                       if e["at"] is not None)
 
     def count_decided_since(self, t):
@@ -425,7 +426,7 @@ class Traffic:
     def first_new_success_after(self, t):
         """When the first key whose first attempt started after `t` got its
         final 200: the new leader serving new work."""
-        times = [e["at"] for e in self.keys.values()
+        times = [e["at"] for e in list(self.keys.values())
                  if e["started"] > t and e["status"] == 200]
         return min(times) if times else None
 
@@ -444,7 +445,9 @@ class Traffic:
 
     def summary(self):
         by = {}
-        for e in self.keys.values():
+        # A copy: the senders add keys meanwhile (iterating the dict itself
+        # raised "dictionary changed size" in a failure message).
+        for e in list(self.keys.values()):
             by[e["status"]] = by.get(e["status"], 0) + 1
         return by
 
