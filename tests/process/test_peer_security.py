@@ -437,6 +437,12 @@ class PeerSecurityTest(OwnClusterCase):
         noise[0] &= 0x7F
         if 0x14 <= noise[0] <= 0x18:
             noise[0] = 0x7F
+        # Nor a version byte of 3: OpenSSL then takes bytes 3-4 as a record
+        # length and waits for that many bytes (up to 16 KiB: more than
+        # sent), so the node drops it at the handshake deadline instead
+        # (seen in CI, about 1 run in 100).
+        if noise[1] == 0x03:
+            noise[1] = 0x7F
         out = [(Probe(node_id, "silent TCP", "reason=handshake detail=no TLS "
                       "handshake within 2000 ms"), port, b"", None,
                 CLOSE_BOUND)]
