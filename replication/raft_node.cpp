@@ -496,19 +496,38 @@ void raft_node::reply(const link::served& to, link::answer ans) {
     false);
 }
 
-raft_node::~raft_node() {
+void raft_node::stop() {
   {
     std::lock_guard<std::mutex> guard{impl_->queue_mtx};
     impl_->stopping = true;
   }
   uv_async_send(&impl_->wake);
-  if (impl_->thread.joinable())
+  if (impl_->thread.joinable()
+      && impl_->thread.get_id() != std::this_thread::get_id())
     impl_->thread.join();
+}
+
+raft_node::~raft_node() {
+  if (impl_->thread.joinable()
+      && impl_->thread.get_id() == std::this_thread::get_id()) {
+    // The last owner let go in a callback on the Raft thread (a request's
+    // callback that held it, say). Joining would wait for this very
+    // thread (std::system_error, "Resource deadlock avoided", seen at a
+    // node's stop): the thread stops the node and frees it instead.
+    log::cluster()->debug("raft.released_on_raft_thread");
+    stop();
+    impl_->free_on_exit = true;
+    impl_->thread.detach();
+    impl_.release();
+    return;
+  }
+  stop();
   uv_loop_close(&impl_->loop);
 }
 
 caf::expected<std::unique_ptr<raft_node>>
-raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
+raft_node::start(raft_node_options opts,
+                 std::shared_ptr<persistence::sqlite_store> db,
                  raft_hooks hooks) {
   auto fail = [](const std::string& what, int rv) {
     return make_error(errc::storage_failure,
@@ -527,9 +546,10 @@ raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
     return err;
   auto st = std::make_unique<impl>();
   auto& x = *st;
+  x.db = std::move(db);
   x.opts = std::move(opts);
   x.hooks = std::move(hooks);
-  x.adapter = std::make_unique<raft_fsm_adapter>(db, true);
+  x.adapter = std::make_unique<raft_fsm_adapter>(*x.db, true);
   if (x.hooks.on_applied)
     x.adapter->on_applied(x.hooks.on_applied);
   if (x.hooks.on_restored)
@@ -606,7 +626,14 @@ raft_node::start(raft_node_options opts, persistence::sqlite_store& db,
   log::cluster()->info("raft.started id={} address={} dir={} bootstrap={}",
                        x.opts.id, x.opts.address, x.opts.dir,
                        x.opts.bootstrap);
-  x.thread = std::thread{[&x] { uv_run(&x.loop, UV_RUN_DEFAULT); }};
+  x.thread = std::thread{[&x] {
+    uv_run(&x.loop, UV_RUN_DEFAULT);
+    // Set on this thread (see `~raft_node`): nobody owns the state now.
+    if (x.free_on_exit) {
+      uv_loop_close(&x.loop);
+      delete &x;
+    }
+  }};
   return std::unique_ptr<raft_node>{new raft_node(std::move(st))};
 }
 

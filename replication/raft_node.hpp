@@ -144,14 +144,22 @@ class raft_node {
 public:
   /// Opens the Raft directory, bootstraps if asked and the log is pristine,
   /// and starts the thread. Sets SIGPIPE to ignored for the process (libuv
-  /// would otherwise die writing to a dead peer). `db` must outlive the node and must not be used
-  /// by anyone else for writes.
+  /// would otherwise die writing to a dead peer). The node holds `db`
+  /// until its thread has ended; nobody else may write through it.
   static caf::expected<std::unique_ptr<raft_node>>
-  start(raft_node_options opts, persistence::sqlite_store& db,
+  start(raft_node_options opts, std::shared_ptr<persistence::sqlite_store> db,
         raft_hooks hooks = {});
 
   /// Stops the Raft server (pending proposals fail with `RAFT_CANCELED` or
-  /// `RAFT_SHUTDOWN`) and joins the thread.
+  /// `RAFT_SHUTDOWN`) and joins the thread; idempotent. Call it from any
+  /// thread but the Raft thread (from a callback it would wait for itself:
+  /// it returns at once there, and the node stops after the callback).
+  void stop();
+
+  /// Stops as `stop` does. Callbacks (and the closures that own them) run
+  /// and die on the Raft thread, so the last owner of a node may let go
+  /// there: the thread cannot join itself, so it then stops the node and
+  /// frees it itself when its loop ends, keeping `db` open until then.
   ~raft_node();
 
   raft_node(const raft_node&) = delete;

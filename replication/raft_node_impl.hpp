@@ -53,6 +53,9 @@ struct held_proposal {
 } // namespace detail
 
 struct raft_node::impl {
+  /// The writer connection: declared first, so it closes last, after
+  /// everything that uses it.
+  std::shared_ptr<persistence::sqlite_store> db;
   raft_node_options opts;
   raft_hooks hooks;
   std::unique_ptr<raft_fsm_adapter> adapter;
@@ -71,6 +74,9 @@ struct raft_node::impl {
   std::function<void(uint64_t)> transfer_done;
   bool barrier_pending = false;
   std::thread thread;
+  /// Set on the Raft thread when the last owner let go there: the thread
+  /// frees this state once its loop ends (see `~raft_node`).
+  bool free_on_exit = false;
 
   // Work handed over by other threads.
   std::mutex queue_mtx;

@@ -410,6 +410,12 @@ void cluster_node::shutdown() {
   if (bridge)
     bridge->stop();
   local.shutdown();
+  // Raft stops here, on the caller's thread, while this node still owns
+  // it: left to the last owner, it could be a request's callback on the
+  // Raft thread itself (see `raft_node::~raft_node`), at the actor
+  // system's teardown.
+  if (raft)
+    raft->stop();
 }
 
 caf::expected<std::unique_ptr<cluster_node>>
@@ -503,13 +509,10 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     for (auto& reg : *registries)
       caf::anon_send(reg, reset_atom::value);
   };
-  auto raft = raft_node::start(ropts, *writer_db, std::move(rh));
+  auto raft = raft_node::start(ropts, writer_db, std::move(rh));
   if (!raft)
     return std::move(raft.error());
-  result->raft = std::shared_ptr<raft_node>{
-    raft->release(),
-    // The writer connection must outlive the Raft thread.
-    [writer_db](raft_node* ptr) { delete ptr; }};
+  result->raft = std::move(*raft);
   cx->raft = result->raft;
   auto store = spawn_replicated_store(sys, result->raft, reader_db,
                                       copts.store, now);

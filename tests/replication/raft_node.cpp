@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -119,7 +120,7 @@ struct member_node {
     ro.max_held_bytes = max_held_bytes;
     ro.max_hold_ms = max_hold_ms;
     ro.before_snapshot_copy = before_snapshot_copy;
-    auto n = raft_node::start(ro, *writer);
+    auto n = raft_node::start(ro, writer);
     CAF_REQUIRE(n);
     raft = std::move(*n);
     store = spawn_replicated_store(sys, raft, reader, {});
@@ -504,6 +505,40 @@ CAF_TEST(a transfer towards an unreachable voter never frees what libraft still 
   for (auto& m : ms)
     if (m->raft)
       m->stop();
+}
+
+CAF_TEST(a node whose last owner lets go on its Raft thread stops and frees itself) {
+  // A request's callback runs and dies on the Raft thread; when it held
+  // the last reference to the node (every other owner let go meanwhile,
+  // as at a node's stop), the destructor runs there. It used to join its
+  // own thread: std::system_error "Resource deadlock avoided", abort.
+  member_node a{1};
+  member_node b{2}; // never started: the request waits for its timeout
+  a.start(sys, {{1, a.address}, {2, b.address}});
+  caf::anon_send_exit(a.store, caf::exit_reason::kill);
+  a.store = nullptr;
+  CAF_REQUIRE(wait_for([&] { return a.raft.use_count() == 1; }, 5000ms));
+  auto writer = a.writer;
+  a.writer.reset();
+  std::promise<void> released;
+  auto let_go = released.get_future().share();
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  link::request req;
+  req.kind = link::op::lookup;
+  req.route = "default";
+  req.key = "k";
+  a.raft->ask(2, std::move(req), 50ms,
+              [keep = a.raft, let_go, answered](link::answer) {
+                // Holds the Raft thread until the test has let go.
+                let_go.wait();
+                answered->store(true);
+              });
+  a.raft.reset();
+  released.set_value();
+  CAF_REQUIRE(wait_for([&] { return answered->load(); }, 5000ms));
+  // The node closed its Raft server and freed its state (which holds the
+  // writer connection) on its own thread.
+  CAF_CHECK(wait_for([&] { return writer.use_count() == 1; }, 5000ms));
 }
 
 CAF_TEST(large signals are bounded by bytes in the raft log and not only by entries) {
