@@ -139,9 +139,6 @@ http_response upstream_outcome_response(upstream_result res,
                                         const idempotency_key& key) {
   switch (res.outcome) {
     case upstream_result::kind::response:
-      // Even when the outcome could not be stored, the upstream's answer is
-      // the truth: the record stays unsettled (in doubt after a restart)
-      // and is never executed again.
       return relayed(res.status,
                      res.content_type.empty()
                        ? std::string{"application/json"}
@@ -164,6 +161,17 @@ http_response upstream_outcome_response(upstream_result res,
                        "the upstream may have executed this request but did "
                        "not answer; it will not be executed again "
                        "automatically"},
+                      key.value);
+}
+
+http_response unrecorded_outcome_response(int status,
+                                          const idempotency_key& key) {
+  return make_problem({502, "in-doubt", "Outcome in doubt",
+                       "the upstream answered " + std::to_string(status)
+                         + ", but its outcome could not be recorded; the "
+                           "record stays unsettled until it is, or an "
+                           "operator settles it; it will not be executed "
+                           "again automatically"},
                       key.value);
 }
 

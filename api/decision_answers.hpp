@@ -41,6 +41,13 @@ http_response in_progress_response(const idempotency_key& key,
 http_response upstream_outcome_response(upstream_result res,
                                         const idempotency_key& key);
 
+/// 502 `in-doubt`: the upstream answered `status`, but its outcome is not
+/// a committed record (the store failed, leadership was lost, the node is
+/// stopping). A resend hears `in-doubt` too until the outcome lands or an
+/// operator settles it, so the sender is told no more than is durable.
+http_response unrecorded_outcome_response(int status,
+                                          const idempotency_key& key);
+
 /// 504 `in-doubt`: `http.response-timeout` passed after the forward
 /// began; the upstream may have executed the request.
 http_response forward_timed_out_response(const idempotency_key& key);

@@ -363,6 +363,19 @@ void webhook_pipeline::forward(const route_config& route, forward_job job,
         return;
       }
     }
+    // The upstream's answer is relayed only once it is the committed
+    // record: a resend then hears the same. Unrecorded (the store failed,
+    // leadership was lost, the node is stopping), the record is unsettled
+    // and so is the answer; the outcome may still land later (a cluster
+    // node keeps trying), and nothing is executed again either way.
+    bool kept = out.recorded.ok && out.recorded.value.current.found
+                && out.recorded.value.current.rec.state
+                     == record_state::completed;
+    if (out.upstream.outcome == upstream_result::kind::response && !kept
+        && !ONCEGATE_MUTANT("relay-unrecorded")) {
+      fl->answer(unrecorded_outcome_response(out.upstream.status, key));
+      return;
+    }
     fl->answer(upstream_outcome_response(std::move(out.upstream), key));
   });
   if (route.delivery.async)

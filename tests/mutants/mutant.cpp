@@ -32,6 +32,7 @@ const char* const* known() {
     "drop-request-id",   "connect-timeout-in-doubt", "tls-handshake-in-doubt",
     "skip-key-reset",
     "log-request-body",  "reconcile-4xx-absent", "forward-after-timeout",
+    "relay-unrecorded",
     nullptr};
   return names;
 }

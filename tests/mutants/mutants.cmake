@@ -30,6 +30,11 @@ set_tests_properties(mutant.ack-before-commit PROPERTIES
 oncegate_mutant_killed_by(ignore-commit-result -- @python -m unittest
   test_failures.CommitFailureTest.test_a_failed_commit_is_503_executes_nothing_and_the_retry_runs_once)
 
+# Relays the upstream's answer although its outcome was not committed: the
+# sender hears 200 while a resend hears 409 in flight.
+oncegate_mutant_killed_by(relay-unrecorded -- @python -m unittest
+  test_store_full.OutcomeUnrecordedTest.test_an_answer_the_store_cannot_keep_is_in_doubt_not_200)
+
 # A reused key with another payload, decided by the store (cold caches after
 # a restart), is granted and forwarded instead of 422.
 oncegate_mutant_killed_by(grant-on-mismatch -- @python -m unittest
