@@ -842,7 +842,7 @@ sc_cluster() {
   local row tls plain
   cluster_run tls oncegate_cluster3
   cluster_run insecure oncegate_cluster3_insecure
-  for row in cluster3_unloaded cluster3_leader_c50 cluster3_follower_c50; do
+  for row in cluster3_unloaded cluster3_follower_unloaded cluster3_leader_c50 cluster3_follower_c50; do
     tls=$(csv_value "$row" oncegate_cluster3 rps)
     plain=$(csv_value "$row" oncegate_cluster3_insecure rps)
     [ -z "$tls" ] || [ -z "$plain" ] \
@@ -899,6 +899,10 @@ cluster_run() {
 
   run_wrk "cluster-$mode-unloaded" 200 1 1 "$SECS" unique.lua "$lport"
   emit_wrk cluster3_unloaded "$sys"
+  acked=$((acked + $(status_count 200)))
+  # The same via a follower: it forwards each request over the node link.
+  run_wrk "cluster-$mode-follower-unloaded" 200 1 1 "$SECS" unique.lua "$fport"
+  emit_wrk cluster3_follower_unloaded "$sys"
   acked=$((acked + $(status_count 200)))
   base=$(csv_value unique_c50 oncegate rps)
   # CPU per decision of the three nodes together and of the leader: the

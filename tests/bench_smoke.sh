@@ -61,6 +61,7 @@ memory_large oncegate
 passivation oncegate
 cold_start oncegate
 cluster3_unloaded oncegate_cluster3
+cluster3_follower_unloaded oncegate_cluster3
 cluster3_leader_c50 oncegate_cluster3
 cluster3_follower_c50 oncegate_cluster3
 cluster3_store oncegate_cluster3

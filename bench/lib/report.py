@@ -71,6 +71,10 @@ SCENARIOS = [
      "Three nodes on 127.0.0.1 (Raft: a decision is answered once a majority "
      "appended and fsynced it); 1 connection against the leader, every "
      "request a new key."),
+    ("cluster3_follower_unloaded",
+     "9a'. 3-node cluster: unloaded latency (via a follower)",
+     "As 9a against a follower: it forwards every request to the leader "
+     "over the node link and relays the answer."),
     ("cluster3_leader_c50", "9b. 3-node cluster: unique keys via the leader",
      "wrk -t2 -c50 unique.lua against the leader's HTTP port. "
      "ratio_to_single = req/s / the single node's req/s of 2a; "
