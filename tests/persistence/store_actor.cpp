@@ -133,6 +133,22 @@ struct fixture : test_coordinator_fixture<test::test_config> {
            != sched.jobs.end();
   }
 
+  /// Replaces the store by one over a `held_sink` holding up to
+  /// `in_flight` batches of one command each.
+  std::shared_ptr<held_sink> respawn_held(uint32_t in_flight,
+                                          store_actor_options opts = {}) {
+    anon_send_exit(store, caf::exit_reason::user_shutdown);
+    sched.run();
+    sink_traits traits;
+    traits.max_in_flight = in_flight;
+    traits.max_batch_bytes = 1; // every command is a batch of its own
+    traits.commit_on_exit = false;
+    auto sink = std::make_shared<held_sink>(db, traits);
+    store = spawn_store(sys, sink, opts, false);
+    sched.run();
+    return sink;
+  }
+
   store_stats stats() {
     auto res = ask<store_stats>(sys, store, stats_atom::value);
     sched.run();
@@ -369,15 +385,7 @@ CAF_TEST(a doubt is answered with the number of records it turned in doubt) {
 }
 
 CAF_TEST(an asynchronous sink holds at most its batches in flight and answers only settled ones) {
-  anon_send_exit(store, caf::exit_reason::user_shutdown);
-  sched.run();
-  sink_traits traits;
-  traits.max_in_flight = 2;
-  traits.max_batch_bytes = 1; // every command is a batch of its own
-  traits.commit_on_exit = false;
-  auto sink = std::make_shared<held_sink>(db, traits);
-  store = spawn_store(sys, sink, store_actor_options{}, false);
-  sched.run();
+  auto sink = respawn_held(2);
   auto replies = claim_keys(5);
   sched.run();
   CAF_CHECK_EQUAL(sink->held.size(), 2u);
@@ -423,17 +431,9 @@ CAF_TEST(an asynchronous sink holds at most its batches in flight and answers on
 CAF_TEST(an outcome is admitted while claims fill the queue) {
   // Claims are the only new work; refusing the outcome of one already
   // executed would leave its record in doubt (and its sender told so).
-  anon_send_exit(store, caf::exit_reason::user_shutdown);
-  sched.run();
-  sink_traits traits;
-  traits.max_in_flight = 1;
-  traits.max_batch_bytes = 1; // every command is a batch of its own
-  traits.commit_on_exit = false;
-  auto sink = std::make_shared<held_sink>(db, traits);
   store_actor_options opts;
   opts.max_pending = 1;
-  store = spawn_store(sys, sink, opts, false);
-  sched.run();
+  auto sink = respawn_held(1, opts);
   auto first = ask<claim_result>(sys, store, claim_atom::value,
                                  [] {
                                    auto req = make_claim("k0", 1000);
