@@ -428,24 +428,28 @@ CAF_TEST(an asynchronous sink holds at most its batches in flight and answers on
   CAF_CHECK_EQUAL(db->count(), 1u);
 }
 
-CAF_TEST(an outcome is admitted while claims fill the queue) {
+CAF_TEST(outcomes are admitted whatever claims fill the queue) {
   // Claims are the only new work; refusing the outcome of one already
   // executed would leave its record in doubt (and its sender told so).
+  // Outcomes are bounded by the requests in flight, not by this queue.
   store_actor_options opts;
   opts.max_pending = 1;
+  opts.max_pending_bytes = 1;
   auto sink = respawn_held(1, opts);
-  auto first = ask<claim_result>(sys, store, claim_atom::value,
-                                 [] {
-                                   auto req = make_claim("k0", 1000);
-                                   req.initial_state = record_state::in_flight;
-                                   req.status = 0;
-                                   return req;
-                                 }());
-  sched.run();
-  CAF_REQUIRE_EQUAL(sink->held.size(), 1u);
-  sink->settle_oldest();
-  sched.run();
-  CAF_REQUIRE(*first && **first);
+  auto in_flight = [this, &sink](const char* key) {
+    auto req = make_claim(key, 1000);
+    req.initial_state = record_state::in_flight;
+    req.status = 0;
+    auto res = ask<claim_result>(sys, store, claim_atom::value, req);
+    sched.run();
+    CAF_REQUIRE_EQUAL(sink->held.size(), 1u);
+    sink->settle_oldest();
+    sched.run();
+    CAF_REQUIRE(*res && **res);
+    return (**res)->rec.first_seen_ms;
+  };
+  auto seen_a = in_flight("a");
+  auto seen_b = in_flight("b");
   // n1 takes the one slot in flight, n2 the one place in the queue, and
   // n3 finds it full.
   auto n1 = ask<claim_result>(sys, store, claim_atom::value,
@@ -460,24 +464,31 @@ CAF_TEST(an outcome is admitted while claims fill the queue) {
   CAF_CHECK(!*n2);
   CAF_REQUIRE(*n3 && !**n3);
   CAF_CHECK_EQUAL(errc_of((**n3).error()), errc::overloaded);
-  // k0's outcome still gets in.
-  record_update upd;
-  upd.route = "default";
-  upd.key = "k0";
-  upd.op = transition::complete;
-  upd.first_seen_ms = (**first)->rec.first_seen_ms;
-  upd.status = 200;
-  upd.response = "{}";
-  auto outcome = ask<update_result>(sys, store, update_atom::value, upd);
+  // Both outcomes still get in.
+  auto outcome = [this](const char* key, int64_t first_seen) {
+    record_update upd;
+    upd.route = "default";
+    upd.key = key;
+    upd.op = transition::complete;
+    upd.first_seen_ms = first_seen;
+    upd.status = 200;
+    upd.response = std::string(512, 'r');
+    return ask<update_result>(sys, store, update_atom::value, upd);
+  };
+  auto out_a = outcome("a", seen_a);
+  auto out_b = outcome("b", seen_b);
   sched.run();
-  CAF_CHECK(!*outcome); // queued, not refused
+  CAF_CHECK(!*out_a); // queued, not refused
+  CAF_CHECK(!*out_b);
   while (!sink->held.empty()) {
     sink->settle_oldest();
     sched.run();
   }
-  CAF_REQUIRE(*outcome && **outcome);
-  CAF_CHECK((**outcome)->applied);
-  CAF_CHECK_EQUAL((**outcome)->current.rec.state, record_state::completed);
+  for (auto& out : {out_a, out_b}) {
+    CAF_REQUIRE(*out && **out);
+    CAF_CHECK((**out)->applied);
+    CAF_CHECK_EQUAL((**out)->current.rec.state, record_state::completed);
+  }
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
