@@ -11,6 +11,7 @@ extern "C" {
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 #include "persistence/command.hpp"
 
 namespace oncegate::cluster {
@@ -83,9 +84,11 @@ raft_sink::commit(std::vector<command>& batch,
       cmd.now_ms = t;
   }
   auto n = batch.size();
+  stage_trace::mark("sink.propose", n);
   raft_->propose(persistence::encode_batch(batch),
                  [n, done = std::move(done)](
                    int status, std::vector<persistence::command_result> res) {
+                   stage_trace::mark("sink.done", n);
                    if (status == 0 && res.size() != n)
                      status = RAFT_IOERR; // skipped as applied before: cannot
                                           // happen

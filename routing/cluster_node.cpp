@@ -23,6 +23,7 @@ extern "C" {
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 #include "common/mutant.hpp"
 
 namespace oncegate::cluster {
@@ -354,6 +355,7 @@ void serve(const std::shared_ptr<cluster_context>& cx,
                      caf::event_based_actor* self) mutable {
     auto raft = cx->raft;
     call_locally(self, cx, std::move(req), [raft, from](link::answer ans) {
+      stage_trace::mark("bridge.answer");
       raft->reply(from, std::move(ans));
     });
   });
