@@ -8,7 +8,9 @@
 # 127.0.0.1 (free ports, data in a temp dir), sends REQUESTS new keys one
 # after the other on one connection to the node named, stops the nodes
 # (each writes its trace at exit) and prints bench/lib/stages.py's table.
-# Everything it starts is stopped on exit; every wait is bounded.
+# STAGES_WRK_SECONDS=S: the load is wrk -t1 -c1 for S seconds instead (the
+# harness's client; needs wrk). Everything it starts is stopped on exit;
+# every wait is bounded.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VIA=${1:-follower}
@@ -78,7 +80,15 @@ else
   target=${HTTP[$receiver]}
   files=("$D/n1.trace" "$D/n2.trace" "$D/n3.trace")
 fi
-python3 "$LIB/stages.py" send "$target" "$N" "stages-$$"
+if [ -n "${STAGES_WRK_SECONDS:-}" ]; then
+  WRK_LUA_DIR=$ROOT/bench/wrk timeout $((STAGES_WRK_SECONDS + 30)) \
+    wrk -t1 -c1 -d"${STAGES_WRK_SECONDS}s" --latency -s "$ROOT/bench/wrk/unique.lua" \
+    "http://127.0.0.1:$target/v1/webhook" -- "stages-$$" \
+    | grep -E '^ +(50|90|99)%|Requests/sec' | tr -s ' ' | tr '\n' ' '
+  echo "(wrk)"
+else
+  python3 "$LIB/stages.py" send "$target" "$N" "stages-$$"
+fi
 # SIGTERM: each node writes its trace file as it exits.
 for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 for p in "${PIDS[@]}"; do

@@ -247,6 +247,7 @@ void http_session<Stream>::read_header() {
   http::async_read_some(
     stream_, buffer_, *parser_,
     [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+      stage_trace::mark("http.read", self->id_);
       if (ec)
         return self->on_read_error(ec);
       if (self->phase_ == phase::idle) {

@@ -111,7 +111,7 @@ spawn_replicated_store(caf::actor_system& sys, std::shared_ptr<raft_node> raft,
                        replicated_store_options opts, wall_clock_fn now) {
   auto sink = std::make_shared<raft_sink>(std::move(raft), std::move(reader),
                                           opts, std::move(now));
-  return persistence::spawn_store(sys, std::move(sink), opts, true);
+  return persistence::spawn_store(sys, std::move(sink), opts, opts.detached);
 }
 
 } // namespace oncegate::cluster

@@ -516,8 +516,10 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     return std::move(raft.error());
   result->raft = std::move(*raft);
   cx->raft = result->raft;
+  auto store_opts = copts.store;
+  store_opts.detached = opts.detached_store;
   auto store = spawn_replicated_store(sys, result->raft, reader_db,
-                                      copts.store, now);
+                                      std::move(store_opts), now);
   result->local = spawn_node_actors(sys, store, opts, now);
   cx->local = result->local;
   {

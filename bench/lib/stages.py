@@ -135,6 +135,24 @@ def table(receiver, files):
         print("%-36s %8.0f %8.0f %8.0f %8.0f" % (
             stages[i - 1] + " -> " + stages[i], q(s, .5), q(s, .9),
             q(s, .99), s[-1] / 1e3))
+    # Between an answer written and the next request read: the client's
+    # turn, both trips through the kernel and the HTTP thread's wake-up.
+    reads = [e[0] for e in evs if e[1] == receiver and e[3] == "http.read"]
+    turns = []
+    for a, b in reqs:
+        i = bisect.bisect_left(reads, b)
+        if i < len(reads):
+            turns.append(reads[i] - b)
+    before = []
+    for a, b in reqs:
+        i = bisect.bisect_right(reads, a) - 1
+        if i >= 0:
+            before.append(a - reads[i])
+    for label, s in (("http.read -> http.req", sorted(before)),
+                     ("http.written -> next http.read", sorted(turns))):
+        if s:
+            print("%-36s %8.0f %8.0f %8.0f %8.0f" % (
+                label, q(s, .5), q(s, .9), q(s, .99), s[-1] / 1e3))
     print("%-36s %8.0f %8.0f %8.0f %8.0f" % (
         "http.req -> http.written (server)", q(total, .5), q(total, .9),
         q(total, .99), total[-1] / 1e3))
