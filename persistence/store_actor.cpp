@@ -260,9 +260,14 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
   auto& st = self->state;
   auto bytes = encoded_size(cmd);
   w.type = cmd.type;
-  if (st.pending.size() >= st.opts.max_pending
+  // Claims are the new work. A transition of a record already claimed (an
+  // upstream's outcome, a release) gets a reserve as large again on top:
+  // a burst of claims must not turn an executed order's outcome into
+  // "in doubt". Such transitions are bounded by the claims admitted.
+  uint64_t share = cmd.type == command::kind::update ? 2 : 1;
+  if (st.pending.size() >= share * st.opts.max_pending
       || (!st.pending.empty()
-          && st.pending_bytes + bytes > st.opts.max_pending_bytes)) {
+          && st.pending_bytes + bytes > share * st.opts.max_pending_bytes)) {
     w.fail(make_error(errc::overloaded, "store queue full"));
     return;
   }

@@ -107,11 +107,12 @@ struct store_actor_options {
   /// Operations per batch at most.
   uint32_t max_batch = 1024;
   /// Operations waiting for a transaction at most; beyond, new operations
-  /// fail at once with `errc::overloaded`.
+  /// fail at once with `errc::overloaded`. Updates (a claimed record's
+  /// outcome or release) may use as much again: claims never crowd them out.
   uint32_t max_pending = 65536;
   /// Bytes of operations waiting for a transaction at most (a first one
   /// always fits); beyond, new operations fail at once with
-  /// `errc::overloaded`.
+  /// `errc::overloaded`. Updates may use as much again, as above.
   uint64_t max_pending_bytes = 64 * 1024 * 1024;
   /// An in-flight record first seen this long ago has outlived every
   /// forward (connect + response timeouts): each purge turns such records

@@ -7,7 +7,7 @@ Samples every node's RSS while the flood runs and reports the peak, the RSS
 once the flood is over and its key actors idled out, and the bound the
 node's byte limits promise (docs/benchmarks.md, "Memory under a flood"):
 
-    R0 + keys.decision-cache-bytes + store.max-pending-bytes
+    R0 + keys.decision-cache-bytes + 2 x store.max-pending-bytes
        + live keys x (1.5 KiB + keys.actor-cache-bytes)
        + concurrent requests x (http.body-limit + upstream-max-response) x 2
        + cluster: cluster.max-log-bytes + 2 x the database file
@@ -235,7 +235,7 @@ def main(argv):
                          for f in ("oncegate.db", "oncegate.db-wal")
                          if os.path.exists(os.path.join(n.data, f))) // KIB
             live = keys  # every key was live at some point of the flood
-            bound = (r0[n.pid] + CACHE_BYTES // KIB + PENDING_BYTES // KIB
+            bound = (r0[n.pid] + CACHE_BYTES // KIB + 2 * PENDING_BYTES // KIB
                      + live * (1536 + ACTOR_CACHE) // KIB
                      + senders * 2 * (BODY_LIMIT + MAX_RESPONSE) // KIB)
             if mode == "cluster":

@@ -133,6 +133,22 @@ struct fixture : test_coordinator_fixture<test::test_config> {
            != sched.jobs.end();
   }
 
+  /// Replaces the store by one over a `held_sink` holding up to
+  /// `in_flight` batches of one command each.
+  std::shared_ptr<held_sink> respawn_held(uint32_t in_flight,
+                                          store_actor_options opts = {}) {
+    anon_send_exit(store, caf::exit_reason::user_shutdown);
+    sched.run();
+    sink_traits traits;
+    traits.max_in_flight = in_flight;
+    traits.max_batch_bytes = 1; // every command is a batch of its own
+    traits.commit_on_exit = false;
+    auto sink = std::make_shared<held_sink>(db, traits);
+    store = spawn_store(sys, sink, opts, false);
+    sched.run();
+    return sink;
+  }
+
   store_stats stats() {
     auto res = ask<store_stats>(sys, store, stats_atom::value);
     sched.run();
@@ -369,15 +385,7 @@ CAF_TEST(a doubt is answered with the number of records it turned in doubt) {
 }
 
 CAF_TEST(an asynchronous sink holds at most its batches in flight and answers only settled ones) {
-  anon_send_exit(store, caf::exit_reason::user_shutdown);
-  sched.run();
-  sink_traits traits;
-  traits.max_in_flight = 2;
-  traits.max_batch_bytes = 1; // every command is a batch of its own
-  traits.commit_on_exit = false;
-  auto sink = std::make_shared<held_sink>(db, traits);
-  store = spawn_store(sys, sink, store_actor_options{}, false);
-  sched.run();
+  auto sink = respawn_held(2);
   auto replies = claim_keys(5);
   sched.run();
   CAF_CHECK_EQUAL(sink->held.size(), 2u);
@@ -418,6 +426,58 @@ CAF_TEST(an asynchronous sink holds at most its batches in flight and answers on
   CAF_REQUIRE(*queued && !**queued);
   CAF_CHECK_EQUAL(errc_of((**queued).error()), errc::store_unavailable);
   CAF_CHECK_EQUAL(db->count(), 1u);
+}
+
+CAF_TEST(an outcome is admitted while claims fill the queue) {
+  // Claims are the only new work; refusing the outcome of one already
+  // executed would leave its record in doubt (and its sender told so).
+  store_actor_options opts;
+  opts.max_pending = 1;
+  auto sink = respawn_held(1, opts);
+  auto first = ask<claim_result>(sys, store, claim_atom::value,
+                                 [] {
+                                   auto req = make_claim("k0", 1000);
+                                   req.initial_state = record_state::in_flight;
+                                   req.status = 0;
+                                   return req;
+                                 }());
+  sched.run();
+  CAF_REQUIRE_EQUAL(sink->held.size(), 1u);
+  sink->settle_oldest();
+  sched.run();
+  CAF_REQUIRE(*first && **first);
+  // n1 takes the one slot in flight, n2 the one place in the queue, and
+  // n3 finds it full.
+  auto n1 = ask<claim_result>(sys, store, claim_atom::value,
+                              make_claim("n1", 1000));
+  sched.run();
+  CAF_CHECK_EQUAL(sink->held.size(), 1u);
+  auto n2 = ask<claim_result>(sys, store, claim_atom::value,
+                              make_claim("n2", 1000));
+  auto n3 = ask<claim_result>(sys, store, claim_atom::value,
+                              make_claim("n3", 1000));
+  sched.run();
+  CAF_CHECK(!*n2);
+  CAF_REQUIRE(*n3 && !**n3);
+  CAF_CHECK_EQUAL(errc_of((**n3).error()), errc::overloaded);
+  // k0's outcome still gets in.
+  record_update upd;
+  upd.route = "default";
+  upd.key = "k0";
+  upd.op = transition::complete;
+  upd.first_seen_ms = (**first)->rec.first_seen_ms;
+  upd.status = 200;
+  upd.response = "{}";
+  auto outcome = ask<update_result>(sys, store, update_atom::value, upd);
+  sched.run();
+  CAF_CHECK(!*outcome); // queued, not refused
+  while (!sink->held.empty()) {
+    sink->settle_oldest();
+    sched.run();
+  }
+  CAF_REQUIRE(*outcome && **outcome);
+  CAF_CHECK((**outcome)->applied);
+  CAF_CHECK_EQUAL((**outcome)->current.rec.state, record_state::completed);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
