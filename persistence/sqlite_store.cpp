@@ -68,6 +68,7 @@ void checkpointer::write_out_now() {
   if (fd < 0)
     return; // no WAL yet, or gone: nothing to write out
   stage_trace::mark("wal.write_out");
+  write_outs_.fetch_add(1, std::memory_order_relaxed);
   ::sync_file_range(fd, 0, 0,
                     SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE
                       | SYNC_FILE_RANGE_WAIT_AFTER);
@@ -549,6 +550,10 @@ int sqlite_store::version() const {
 
 const store_options& sqlite_store::options() const {
   return impl_->opts;
+}
+
+uint64_t sqlite_store::wal_writeouts() const {
+  return impl_->ckpt ? impl_->ckpt->write_outs() : 0;
 }
 
 } // namespace oncegate::persistence

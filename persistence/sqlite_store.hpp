@@ -219,6 +219,10 @@ public:
   /// The options the store was opened with.
   const store_options& options() const;
 
+  /// Times the checkpointer wrote the WAL out between checkpoints
+  /// (`store_options::wal_writeout_pages`).
+  uint64_t wal_writeouts() const;
+
 private:
   struct impl;
   explicit sqlite_store(std::unique_ptr<impl> ptr);

@@ -3,6 +3,7 @@
 // stays inside them. The statements themselves are in sqlite_schema.cpp.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <memory>
@@ -110,6 +111,10 @@ public:
 
   void write_out();
 
+  uint64_t write_outs() const {
+    return write_outs_.load(std::memory_order_relaxed);
+  }
+
 private:
   void run();
 
@@ -122,6 +127,7 @@ private:
   bool stop_ = false;
   bool requested_ = false;
   bool write_out_ = false;
+  std::atomic<uint64_t> write_outs_{0};
   std::thread thread_;
 };
 
