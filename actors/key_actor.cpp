@@ -11,6 +11,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "common/errc.hpp"
+#include "common/stage_trace.hpp"
 
 namespace oncegate {
 
@@ -113,6 +114,7 @@ key_actor::behavior_type key_impl(key_pointer self,
   st.max_cached_answer = opts.max_cached_answer;
   return {
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
+      stage_trace::mark("key.claim");
       auto& st = self->state;
       if (auto res = decide_cached(st, req))
         return std::move(*res);
@@ -126,6 +128,7 @@ key_actor::behavior_type key_impl(key_pointer self,
                     std::move(req))
         .await(
           [self, rp](claim_result& res) mutable {
+            stage_trace::mark("key.decided");
             remember(self->state, res.rec);
             rp.deliver(std::move(res));
           },

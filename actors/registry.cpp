@@ -11,6 +11,7 @@
 #include "common/errc.hpp"
 #include "common/incremental_map.hpp"
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 
 namespace oncegate {
 
@@ -145,6 +146,7 @@ registry_impl(registry_pointer self, persistence::store_actor store,
   });
   return {
     [self](claim_atom atom, claim_request& req) {
+      stage_trace::mark("registry.claim");
       return to_key<claim_result>(self, atom, req);
     },
     [self](update_atom atom, record_update& upd) {

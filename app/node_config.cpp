@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <limits>
 #include <string_view>
 #include <chrono>
 #include <thread>
@@ -105,6 +106,9 @@ node_config::node_config() {
          "beyond)")
     .add(checkpoint_pages, "checkpoint-pages",
          "WAL pages that trigger a background checkpoint")
+    .add(wal_writeout_pages, "wal-writeout-pages",
+         "cluster node: write the WAL out each time it grew by this many "
+         "pages (0: only at checkpoints)")
     .add(store_on_scheduler, "on-scheduler",
          "run the store actor on CAF's workers instead of its own thread")
     .add(max_pages, "max-pages",
@@ -230,7 +234,8 @@ const std::vector<help_group>& node_config::help_groups() {
       {"backup-to", "write an online backup to this new file, exit"},
       {"accept-wal-loss", "start despite a damaged WAL (loses decisions)"}},
      {"store.max-batch", "store.max-pending", "store.max-pending-bytes",
-      "store.checkpoint-pages", "store.on-scheduler"}},
+      "store.checkpoint-pages", "store.wal-writeout-pages",
+      "store.on-scheduler"}},
     {"cluster",
      {},
      {{"cluster.id", "this node's id (0: a single node)"},
@@ -487,6 +492,8 @@ std::string node_config::validate() const {
     return "keys.gateway-actors must be within 1..256";
   if (max_batch < 1 || max_pending < max_batch)
     return "store.max-batch must be positive and at most store.max-pending";
+  if (wal_writeout_pages > std::numeric_limits<uint32_t>::max())
+    return "store.wal-writeout-pages must be at most 4294967295";
   if (in_flight_deadline < caf::timespan::zero())
     return "keys.in-flight-deadline must not be negative";
   if (purge_chunk < 1)
@@ -539,6 +546,7 @@ node_options node_config::node_opts() const {
   node_options res;
   res.data_dir = data_dir;
   res.store.checkpoint_pages = static_cast<uint32_t>(checkpoint_pages);
+  res.store.wal_writeout_pages = static_cast<uint32_t>(wal_writeout_pages);
   res.store.max_pages = max_pages;
   res.store.accept_wal_loss = accept_wal_loss;
   res.detached_store = !store_on_scheduler;

@@ -196,6 +196,8 @@ public:
   uint64_t max_pending_bytes =
     persistence::store_actor_options{}.max_pending_bytes;
   size_t checkpoint_pages = persistence::store_options{}.checkpoint_pages;
+  size_t wal_writeout_pages =
+    persistence::store_options{}.wal_writeout_pages;
   size_t max_pages = persistence::store_options{}.max_pages;
   bool store_on_scheduler = false;
 

@@ -13,6 +13,7 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 #include "http/response_render.hpp"
 #include "http/server_tls.hpp"
 #include "http/transport_errors.hpp"
@@ -246,6 +247,7 @@ void http_session<Stream>::read_header() {
   http::async_read_some(
     stream_, buffer_, *parser_,
     [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+      stage_trace::mark("http.read", self->id_);
       if (ec)
         return self->on_read_error(ec);
       if (self->phase_ == phase::idle) {
@@ -342,6 +344,7 @@ void http_session<Stream>::on_read_error(beast::error_code ec) {
 
 template <class Stream>
 void http_session<Stream>::dispatch_request() {
+  stage_trace::mark("http.req", id_);
   phase_ = phase::handling;
   arm(srv_->opts.response_timeout);
   keep_alive_ = parser_->keep_alive();
@@ -355,8 +358,10 @@ void http_session<Stream>::dispatch_request() {
   // A handler that throws (before or after answering) gets a 500: the
   // phase check drops an answer it may have posted already.
   responder done = [self = this->shared_from_this(), id](http_response res) {
+    stage_trace::mark("http.done", id);
     net::post(self->stream_.get_executor(),
               [self, id, res = std::move(res)]() mutable {
+                stage_trace::mark("http.answer", self->id_);
                 if (self->phase_ == phase::handling && self->req_id_ == id)
                   self->write(std::move(res));
               });
@@ -381,6 +386,7 @@ void http_session<Stream>::write(http_response res) {
                                                       std::size_t) {
     // An idle connection keeps a small header buffer for its next
     // answer, not the memory of the last one.
+    stage_trace::mark("http.written", self->id_);
     std::string{}.swap(self->body_);
     if (self->head_block_.capacity() > kept_head_capacity)
       std::string{}.swap(self->head_block_);

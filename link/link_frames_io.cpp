@@ -12,6 +12,7 @@
 #include <openssl/err.h>
 
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 #include "link/tls_identity.hpp"
 
 namespace oncegate::link::detail {
@@ -167,6 +168,7 @@ void connection::take_frames() {
 }
 
 void connection::on_frame(const frame_header& h, std::string_view payload) {
+  stage_trace::mark("link.recv", uint64_t(h.type) * 1000000 + payload.size());
   if (h.group != 0) {
     refuse(verdict::refused_frame,
            "unknown group " + std::to_string(h.group));
@@ -233,6 +235,7 @@ void connection::on_frame(const frame_header& h, std::string_view payload) {
 
 bool connection::send_frame(frame_type type, uint64_t id,
                             std::string_view payload) {
+  stage_trace::mark("link.send", uint64_t(type) * 1000000 + payload.size());
   frame_header h;
   h.length = static_cast<uint32_t>(payload.size());
   h.type = type;
@@ -315,6 +318,8 @@ bool connection::queue_write(std::unique_ptr<write_req> w) {
     return false;
   }
   auto len = w->len;
+  if (w->to != nullptr)
+    stage_trace::mark("raft.in", len);
   if (w->to != nullptr) {
     w->to->queued += len;
     streams_queued += len;
@@ -471,6 +476,7 @@ bool connection::start_reading_stream(stream* s) {
 
 // libraft -> the link.
 void connection::on_stream_data(stream* s, ssize_t nread) {
+  stage_trace::mark("raft.out", nread > 0 ? nread : 0);
   if (state != conn_state::open || s->closing || nread == 0)
     return;
   if (nread < 0) { // libraft closed its end

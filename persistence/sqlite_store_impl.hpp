@@ -3,6 +3,7 @@
 // stays inside them. The statements themselves are in sqlite_schema.cpp.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <memory>
@@ -98,22 +99,35 @@ inline std::string column_blob(sqlite3_stmt* st, int col) {
 // Runs `PASSIVE` checkpoints on its own connection whenever the writer
 // reports that the WAL has grown past the threshold. PASSIVE never blocks
 // the writer; the writer restarts the WAL once a checkpoint caught up.
+// Between checkpoints it writes the WAL's dirty pages out when asked
+// (`store_options::wal_writeout_pages`), off the writer's thread.
 class checkpointer {
 public:
-  explicit checkpointer(sqlite3* db);
+  checkpointer(sqlite3* db, std::string wal_path);
 
   ~checkpointer();
 
   void poke();
 
+  void write_out();
+
+  uint64_t write_outs() const {
+    return write_outs_.load(std::memory_order_relaxed);
+  }
+
 private:
   void run();
 
+  void write_out_now();
+
   sqlite3* db_;
+  std::string wal_path_;
   std::mutex mtx_;
   std::condition_variable cv_;
   bool stop_ = false;
   bool requested_ = false;
+  bool write_out_ = false;
+  std::atomic<uint64_t> write_outs_{0};
   std::thread thread_;
 };
 
@@ -130,6 +144,9 @@ struct sqlite_store::impl {
   /// Opened by `open_reader`: never writes, never checkpoints.
   bool read_only = false;
   std::unique_ptr<detail::checkpointer> ckpt;
+  /// WAL pages when the checkpointer was last asked to write it out (the
+  /// writer's thread only).
+  uint32_t written_out_pages = 0;
 
   ~impl();
 

@@ -21,6 +21,7 @@
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 #include "persistence/command.hpp"
 #include "persistence/sqlite_store.hpp"
 
@@ -351,6 +352,7 @@ store_actor::behavior_type store_impl(store_pointer self,
     // Nothing malformed joins a batch: one bad command must not fail the
     // others of its batch, on this node or on any replica.
     [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
+      stage_trace::mark("store.claim");
       if (auto why = malformed(req))
         return make_error(errc::invalid_argument, why);
 #ifdef ONCEGATE_MUTANTS

@@ -9,6 +9,7 @@ extern "C" {
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 
 namespace oncegate::cluster {
 
@@ -114,7 +115,9 @@ int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
                           describe(batch.error()));
     return 0; // every replica skips the same bad entry
   }
+  stage_trace::mark("fsm.apply", index);
   auto res = persistence::apply_batch(self->db_, index, *batch);
+  stage_trace::mark("fsm.applied", index);
   if (!res) {
     ++self->failures_;
     log::cluster()->critical("fsm.apply_failed index={} error={}", index,

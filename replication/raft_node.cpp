@@ -15,6 +15,7 @@
 #include "common/enum_text.hpp"
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 #include "replication/raft_node_impl.hpp"
 #include "replication/raft_segments.hpp"
 
@@ -237,6 +238,7 @@ void raft_node::impl::refresh() {
 
 void raft_node::impl::do_propose(std::string& entry,
                                   proposal_done& done) {
+  stage_trace::mark("raft.apply", entry.size());
   auto p = new proposal{};
   p->done = std::move(done);
   p->started = clock_type::now();
@@ -612,6 +614,7 @@ raft_node::start(raft_node_options opts,
   uv_check_init(&x.loop, &x.poll);
   uv_check_start(&x.poll, [](uv_check_t* h) {
     auto self = static_cast<impl*>(h->data);
+    stage_trace::mark("loop.check");
     self->admit_held();
     self->refresh();
     if (self->close_pending)

@@ -11,6 +11,7 @@ extern "C" {
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 #include "persistence/command.hpp"
 
 namespace oncegate::cluster {
@@ -83,9 +84,11 @@ raft_sink::commit(std::vector<command>& batch,
       cmd.now_ms = t;
   }
   auto n = batch.size();
+  stage_trace::mark("sink.propose", n);
   raft_->propose(persistence::encode_batch(batch),
                  [n, done = std::move(done)](
                    int status, std::vector<persistence::command_result> res) {
+                   stage_trace::mark("sink.done", n);
                    if (status == 0 && res.size() != n)
                      status = RAFT_IOERR; // skipped as applied before: cannot
                                           // happen
@@ -108,7 +111,7 @@ spawn_replicated_store(caf::actor_system& sys, std::shared_ptr<raft_node> raft,
                        replicated_store_options opts, wall_clock_fn now) {
   auto sink = std::make_shared<raft_sink>(std::move(raft), std::move(reader),
                                           opts, std::move(now));
-  return persistence::spawn_store(sys, std::move(sink), opts, true);
+  return persistence::spawn_store(sys, std::move(sink), opts, opts.detached);
 }
 
 } // namespace oncegate::cluster

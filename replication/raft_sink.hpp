@@ -22,6 +22,8 @@ struct replicated_store_options : persistence::store_actor_options {
   /// Bytes of commands per log entry at most (one command larger than this
   /// is an entry of its own).
   uint64_t max_entry_bytes = 1024 * 1024;
+  /// The store actor on a thread of its own (`store.on-scheduler` off).
+  bool detached = true;
 };
 
 /// A cluster node's sink: each batch becomes one Raft log entry, proposed

@@ -23,6 +23,7 @@ extern "C" {
 
 #include "common/errc.hpp"
 #include "common/logging.hpp"
+#include "common/stage_trace.hpp"
 #include "common/mutant.hpp"
 
 namespace oncegate::cluster {
@@ -354,6 +355,7 @@ void serve(const std::shared_ptr<cluster_context>& cx,
                      caf::event_based_actor* self) mutable {
     auto raft = cx->raft;
     call_locally(self, cx, std::move(req), [raft, from](link::answer ans) {
+      stage_trace::mark("bridge.answer");
       raft->reply(from, std::move(ans));
     });
   });
@@ -514,8 +516,10 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     return std::move(raft.error());
   result->raft = std::move(*raft);
   cx->raft = result->raft;
+  auto store_opts = copts.store;
+  store_opts.detached = opts.detached_store;
   auto store = spawn_replicated_store(sys, result->raft, reader_db,
-                                      copts.store, now);
+                                      std::move(store_opts), now);
   result->local = spawn_node_actors(sys, store, opts, now);
   cx->local = result->local;
   {

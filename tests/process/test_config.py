@@ -138,6 +138,12 @@ class ConfigTest(unittest.TestCase):
         self.assertIn("at most ten years", text)
         code, text = self.check("", "--http.shutdown-grace=0s")
         self.assertEqual(code, 0, text)
+        # A page count that a 32-bit field would truncate.
+        code, text = self.check("", "--store.wal-writeout-pages=4294967296")
+        self.assertEqual(code, 2, text)
+        self.assertIn("store.wal-writeout-pages must be at most", text)
+        code, text = self.check("", "--store.wal-writeout-pages=0")
+        self.assertEqual(code, 0, text)
         code, text = self.check("", "--cluster.max-clock-offset=250ms")
         self.assertEqual(code, 0, text)
 

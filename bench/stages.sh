@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Where an unloaded request's time goes, hand-off by hand-off.
+#
+#   bench/stages.sh [single|leader|follower] [REQUESTS]     (default: follower 2000)
+#
+# Builds build-trace/ (-DONCEGATE_STAGE_TRACE=ON) unless ONCEGATE_TRACE_BIN
+# names such a binary, starts one node or a 3-node mutual-TLS cluster on
+# 127.0.0.1 (free ports, data in a temp dir), sends REQUESTS new keys one
+# after the other on one connection to the node named, stops the nodes
+# (each writes its trace at exit) and prints bench/lib/stages.py's table.
+# STAGES_WRK_SECONDS=S: the load is wrk -t1 -c1 for S seconds instead (the
+# harness's client; needs wrk). Everything it starts is stopped on exit;
+# every wait is bounded.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VIA=${1:-follower}
+N=${2:-2000}
+case "$VIA" in single|leader|follower) ;; *) echo "usage: $0 [single|leader|follower] [REQUESTS]" >&2; exit 2 ;; esac
+LIB=$ROOT/bench/lib
+BIN=${ONCEGATE_TRACE_BIN:-}
+if [ -z "$BIN" ]; then
+  cmake -S "$ROOT" -B "$ROOT/build-trace" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DONCEGATE_STAGE_TRACE=ON -DONCEGATE_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$ROOT/build-trace" --target oncegate -j"$(nproc)" >/dev/null
+  BIN=$ROOT/build-trace/tools/oncegate
+fi
+D=$(mktemp -d /tmp/oncegate-stages.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$D"
+}
+trap cleanup EXIT
+
+# Starts node $1 with the remaining arguments; sets PORT to its HTTP port.
+start() {
+  local i=$1 t
+  shift
+  mkdir -p "$D/n$i"
+  ONCEGATE_STAGE_TRACE=$D/n$i.trace "$BIN" --data-dir="$D/n$i" --http-port=0 \
+    --log-level=warn "$@" >"$D/n$i.out" 2>"$D/n$i.err" &
+  PIDS+=($!)
+  PORT=
+  for t in $(seq 200); do
+    PORT=$(sed -n 's/^oncegate ready http=127.0.0.1:\([0-9]*\).*/\1/p' "$D/n$i.out")
+    [ -n "$PORT" ] && return 0
+    kill -0 "${PIDS[-1]}" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "node $i did not start:" >&2
+  cat "$D/n$i.err" >&2
+  exit 1
+}
+
+if [ "$VIA" = single ]; then
+  start 1
+  target=$PORT receiver=1 files=("$D/n1.trace")
+else
+  mapfile -t P < <(python3 "$LIB/benchlib.py" freeport 3)
+  "$ROOT/scripts/cluster-certs.sh" "$D/tls" 1 2 3 >/dev/null
+  {
+    echo '[cluster]'
+    echo "peers=[\"1=127.0.0.1:${P[0]}\",\"2=127.0.0.1:${P[1]}\",\"3=127.0.0.1:${P[2]}\"]"
+    echo "tls-ca=\"$D/tls/ca.pem\""
+  } >"$D/cluster.ini"
+  declare -A HTTP
+  for i in 1 2 3; do
+    start "$i" --config-file="$D/cluster.ini" --cluster.id="$i" \
+      --cluster.tls-certificate="$D/tls/node-$i.pem" \
+      --cluster.tls-key="$D/tls/node-$i.key"
+    HTTP[$i]=$PORT
+  done
+  out=$(python3 "$LIB/benchlib.py" cluster-wait 30 "${HTTP[1]}" "${HTTP[2]}" "${HTTP[3]}") \
+    || { echo "no ready leader within 30 s: $out" >&2; exit 1; }
+  read -r _ lport lid _ <<<"$out"
+  receiver=$lid
+  if [ "$VIA" = follower ]; then
+    for i in 1 2 3; do [ "$i" = "$lid" ] || { receiver=$i; break; }; done
+  fi
+  target=${HTTP[$receiver]}
+  files=("$D/n1.trace" "$D/n2.trace" "$D/n3.trace")
+fi
+if [ -n "${STAGES_WRK_SECONDS:-}" ]; then
+  WRK_LUA_DIR=$ROOT/bench/wrk timeout $((STAGES_WRK_SECONDS + 30)) \
+    wrk -t1 -c1 -d"${STAGES_WRK_SECONDS}s" --latency -s "$ROOT/bench/wrk/unique.lua" \
+    "http://127.0.0.1:$target/v1/webhook" -- "stages-$$" \
+    | grep -E '^ +(50|90|99)%|Requests/sec' | tr -s ' ' | tr '\n' ' '
+  echo "(wrk)"
+else
+  python3 "$LIB/stages.py" send "$target" "$N" "stages-$$"
+fi
+# SIGTERM: each node writes its trace file as it exits.
+for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+for p in "${PIDS[@]}"; do
+  for t in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+done
+python3 "$LIB/stages.py" table "$receiver" "${files[@]}"
