@@ -3,6 +3,7 @@
 #include <mutex>
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <random>
 #include <type_traits>
 #include <utility>
@@ -167,8 +168,17 @@ void forward(std::shared_ptr<routed_call<T>> c) {
   auto bridge = cr.bridge;
   cr.raft->ask(status.leader_id, c->req, cr.remote_timeout,
                [bridge, c](link::answer ans) {
-                 if (!bridge->stopped())
+                 if (bridge->stopped())
+                   return;
+                 // On the Raft thread: nothing may escape into libuv.
+                 try {
                    settle<T>(c, std::move(ans));
+                 } catch (const std::exception& e) {
+                   log::gateway()->error("cluster.answer_failed kind={} "
+                                         "error={}",
+                                         link::to_string(c->req.kind),
+                                         e.what());
+                 }
                });
 }
 
