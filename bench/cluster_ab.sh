@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# A/B of builds on the cluster's request path, in one run.
+#
+#   bench/cluster_ab.sh ROUNDS BIN [BIN ...]
+#
+# For each round and each `oncegate` binary, alternating: one node, then a
+# 3-node mutual-TLS cluster, on 127.0.0.1 (free ports, data in a temp dir,
+# election timeout 500 ms). wrk with new keys (bench/wrk/unique.lua),
+# WRK_SECONDS (default 6) each: one connection, then 50 (two threads); on
+# the cluster via the leader and via a follower. Prints one line per
+# measurement: p50, p99, req/s, for 50 connections the node's CPU (user +
+# system, from /proc) per request, on the cluster per node (leader /
+# receiving follower / other follower when a follower receives; leader /
+# followers otherwise), and the cluster's rate as a ratio of the same
+# binary's single node in the same round. Needs wrk. Everything it starts
+# is stopped on exit; every wait is bounded.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LIB=$ROOT/bench/lib
+export WRK_LUA_DIR=$ROOT/bench/wrk
+[ $# -ge 2 ] || { echo "usage: $0 ROUNDS BIN [BIN ...]" >&2; exit 2; }
+ROUNDS=$1
+shift
+SECS=${WRK_SECONDS:-6}
+HZ=$(getconf CLK_TCK)
+D=$(mktemp -d /tmp/oncegate-ab.XXXXXX)
+PIDS=()
+stop_all() {
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do
+    for t in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+  done
+  PIDS=()
+}
+trap 'stop_all; rm -rf "$D"' EXIT
+
+# Starts node $2 of binary $1 with the remaining arguments; sets PORT.
+start() {
+  local bin=$1 i=$2 t
+  shift 2
+  mkdir -p "$D/n$i"
+  "$bin" --data-dir="$D/n$i" --http-port=0 --log-level=warn "$@" \
+    >"$D/n$i.out" 2>"$D/n$i.err" &
+  PIDS+=($!)
+  PORT=
+  for t in $(seq 200); do
+    PORT=$(sed -n 's/^oncegate ready http=127.0.0.1:\([0-9]*\).*/\1/p' "$D/n$i.out")
+    [ -n "$PORT" ] && return 0
+    kill -0 "${PIDS[-1]}" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "node $i did not start:" >&2
+  cat "$D/n$i.err" >&2
+  exit 1
+}
+
+cpu_ticks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat"; done; }
+
+# wrk against port $1 with $2 connections and $3 threads; sets LINE and N.
+load() {
+  timeout $((SECS + 30)) wrk -t"$3" -c"$2" -d"${SECS}s" --latency \
+    -s "$WRK_LUA_DIR/unique.lua" "http://127.0.0.1:$1/v1/webhook" \
+    -- "ab-$$-$RANDOM" >"$D/wrk.out" 2>&1
+  N=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' "$D/wrk.out")
+  LINE=$(grep -E '^ +(50|99)%|Requests/sec' "$D/wrk.out" | tr -s ' ' | tr '\n' ' ')
+  RATE=$(sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p' "$D/wrk.out")
+}
+
+# Loads port $1 with 50 connections, printing CPU us per request of $2...
+loaded() {
+  local port=$1
+  shift
+  local before after per="" i=0
+  before=($(cpu_ticks "$@"))
+  load "$port" 50 2
+  after=($(cpu_ticks "$@"))
+  for p in "$@"; do
+    per+="$(( (after[i] - before[i]) * 1000000 / HZ / N ))/"
+    i=$((i + 1))
+  done
+  CPU=${per%/}
+}
+
+for r in $(seq "$ROUNDS"); do
+  for BIN in "$@"; do
+    tag=$(basename "$(dirname "$(dirname "$(dirname "$BIN")")")")
+    rm -rf "$D"/n* "$D/tls"
+    start "$BIN" 1
+    load "$PORT" 1 1
+    echo "round $r [$tag] single c1: $LINE"
+    loaded "$PORT" "${PIDS[0]}"
+    single=$RATE
+    echo "round $r [$tag] single c50: $LINE cpu_us/req=$CPU"
+    stop_all
+    rm -rf "$D"/n*
+    mapfile -t P < <(python3 "$LIB/benchlib.py" freeport 3)
+    "$ROOT/scripts/cluster-certs.sh" "$D/tls" 1 2 3 >/dev/null
+    {
+      echo '[cluster]'
+      echo "peers=[\"1=127.0.0.1:${P[0]}\",\"2=127.0.0.1:${P[1]}\",\"3=127.0.0.1:${P[2]}\"]"
+      echo 'election-timeout=500ms'
+      echo "tls-ca=\"$D/tls/ca.pem\""
+    } >"$D/cluster.ini"
+    declare -A HTTP
+    for i in 1 2 3; do
+      start "$BIN" "$i" --config-file="$D/cluster.ini" --cluster.id="$i" \
+        --cluster.tls-certificate="$D/tls/node-$i.pem" \
+        --cluster.tls-key="$D/tls/node-$i.key"
+      HTTP[$i]=$PORT
+    done
+    out=$(python3 "$LIB/benchlib.py" cluster-wait 30 "${HTTP[1]}" "${HTTP[2]}" "${HTTP[3]}") \
+      || { echo "no ready leader within 30 s: $out" >&2; exit 1; }
+    read -r _ lport lid _ <<<"$out"
+    fid=0 oid=0
+    for i in 1 2 3; do
+      [ "$i" = "$lid" ] && continue
+      if [ "$fid" = 0 ]; then fid=$i; else oid=$i; fi
+    done
+    lp=${PIDS[$((lid - 1))]} fp=${PIDS[$((fid - 1))]} op=${PIDS[$((oid - 1))]}
+    load "$lport" 1 1
+    echo "round $r [$tag] cluster c1 via leader: $LINE"
+    load "${HTTP[$fid]}" 1 1
+    echo "round $r [$tag] cluster c1 via follower: $LINE"
+    loaded "$lport" "$lp" "$fp" "$op"
+    echo "round $r [$tag] cluster c50 via leader: $LINE cpu_us/req=$CPU" \
+      "ratio=$(echo "scale=2; $RATE / $single" | bc)"
+    loaded "${HTTP[$fid]}" "$lp" "$fp" "$op"
+    echo "round $r [$tag] cluster c50 via follower: $LINE cpu_us/req=$CPU" \
+      "ratio=$(echo "scale=2; $RATE / $single" | bc)"
+    stop_all
+  done
+done
