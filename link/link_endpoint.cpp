@@ -677,6 +677,8 @@ link_stats stats_of(raft_uv_transport* t) {
   res.requests_served = x.requests_served.load();
   res.requests_overloaded = x.requests_overloaded.load();
   res.backpressure_pauses = x.pauses.load();
+  res.frames_sent = x.frames_sent.load();
+  res.frame_writes = x.frame_writes.load();
   res.buffered_bytes = x.buffered.load();
   res.handshakes = x.handshaking.load();
   res.links = x.open_links.load();

@@ -242,6 +242,7 @@ bool connection::send_frame(frame_type type, uint64_t id,
   h.length = static_cast<uint32_t>(payload.size());
   h.type = type;
   h.id = id;
+  ++owner->frames_sent;
   if (out.empty())
     owner->unflushed.push_back(serial);
   auto at = out.size();
@@ -260,6 +261,7 @@ bool connection::flush_out() {
     return state != conn_state::closing;
   std::string frames;
   frames.swap(out);
+  ++owner->frame_writes;
   if (ssl == nullptr) {
     auto w = std::make_unique<write_req>();
     w->len = frames.size();

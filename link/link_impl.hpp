@@ -335,6 +335,8 @@ struct endpoint {
   std::atomic<uint64_t> requests_served{0};
   std::atomic<uint64_t> requests_overloaded{0};
   std::atomic<uint64_t> pauses{0};
+  std::atomic<uint64_t> frames_sent{0};
+  std::atomic<uint64_t> frame_writes{0};
   std::atomic<uint64_t> buffered{0};
   std::atomic<uint64_t> handshaking{0};
   std::atomic<uint64_t> open_links{0};
