@@ -26,9 +26,10 @@ HZ=$(getconf CLK_TCK)
 D=$(mktemp -d /tmp/oncegate-ab.XXXXXX)
 PIDS=()
 stop_all() {
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do
-    for t in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+    for t in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$p" 2>/dev/null || true
   done
   PIDS=()
 }
@@ -42,6 +43,7 @@ start() {
   "$bin" --data-dir="$D/n$i" --http-port=0 --log-level=warn "$@" \
     >"$D/n$i.out" 2>"$D/n$i.err" &
   PIDS+=($!)
+  disown "$!" # no job notice when it is stopped
   PORT=
   for t in $(seq 200); do
     PORT=$(sed -n 's/^oncegate ready http=127.0.0.1:\([0-9]*\).*/\1/p' "$D/n$i.out")
