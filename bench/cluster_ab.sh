@@ -35,26 +35,7 @@ stop_all() {
 }
 trap 'stop_all; rm -rf "$D"' EXIT
 
-# Starts node $2 of binary $1 with the remaining arguments; sets PORT.
-start() {
-  local bin=$1 i=$2 t
-  shift 2
-  mkdir -p "$D/n$i"
-  "$bin" --data-dir="$D/n$i" --http-port=0 --log-level=warn "$@" \
-    >"$D/n$i.out" 2>"$D/n$i.err" &
-  PIDS+=($!)
-  disown "$!" # no job notice when it is stopped
-  PORT=
-  for t in $(seq 200); do
-    PORT=$(sed -n 's/^oncegate ready http=127.0.0.1:\([0-9]*\).*/\1/p' "$D/n$i.out")
-    [ -n "$PORT" ] && return 0
-    kill -0 "${PIDS[-1]}" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "node $i did not start:" >&2
-  cat "$D/n$i.err" >&2
-  exit 1
-}
+. "$LIB/nodes.sh"
 
 cpu_ticks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat"; done; }
 
@@ -87,7 +68,7 @@ for r in $(seq "$ROUNDS"); do
   for BIN in "$@"; do
     tag=$(basename "$(dirname "$(dirname "$(dirname "$BIN")")")")
     rm -rf "$D"/n* "$D/tls"
-    start "$BIN" 1
+    start_node "$BIN" 1
     load "$PORT" 1 1
     echo "round $r [$tag] single c1: $LINE"
     loaded "$PORT" "${PIDS[0]}"
@@ -105,7 +86,7 @@ for r in $(seq "$ROUNDS"); do
     } >"$D/cluster.ini"
     declare -A HTTP
     for i in 1 2 3; do
-      start "$BIN" "$i" --config-file="$D/cluster.ini" --cluster.id="$i" \
+      start_node "$BIN" "$i" --config-file="$D/cluster.ini" --cluster.id="$i" \
         --cluster.tls-certificate="$D/tls/node-$i.pem" \
         --cluster.tls-key="$D/tls/node-$i.key"
       HTTP[$i]=$PORT

@@ -32,24 +32,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts node $1 with the remaining arguments; sets PORT to its HTTP port.
+. "$LIB/nodes.sh"
+
+# Starts node $1 with the remaining arguments (sets PORT); each writes its
+# stage trace at exit.
 start() {
-  local i=$1 t
+  local i=$1
   shift
-  mkdir -p "$D/n$i"
-  ONCEGATE_STAGE_TRACE=$D/n$i.trace "$BIN" --data-dir="$D/n$i" --http-port=0 \
-    --log-level=warn "$@" >"$D/n$i.out" 2>"$D/n$i.err" &
-  PIDS+=($!)
-  PORT=
-  for t in $(seq 200); do
-    PORT=$(sed -n 's/^oncegate ready http=127.0.0.1:\([0-9]*\).*/\1/p' "$D/n$i.out")
-    [ -n "$PORT" ] && return 0
-    kill -0 "${PIDS[-1]}" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "node $i did not start:" >&2
-  cat "$D/n$i.err" >&2
-  exit 1
+  ONCEGATE_STAGE_TRACE=$D/n$i.trace start_node "$BIN" "$i" "$@"
 }
 
 if [ "$VIA" = single ]; then

@@ -547,6 +547,16 @@ frames_in(const std::string& bytes) {
   return out;
 }
 
+// A lookup's answer as a server that found the record asked for.
+answer found(const request& req) {
+  answer ans;
+  ans.kind = req.kind;
+  ans.lookup.found = true;
+  ans.lookup.rec.route = req.route;
+  ans.lookup.rec.key = req.key;
+  return ans;
+}
+
 } // namespace
 
 CAF_TEST_FIXTURE_SCOPE(node_link_tests, fixture)
@@ -829,12 +839,7 @@ CAF_TEST(requests are answered on the link they were sent on) {
       held.push_back(from);
       return;
     }
-    answer ans;
-    ans.kind = req.kind;
-    ans.lookup.found = true;
-    ans.lookup.rec.route = req.route;
-    ans.lookup.rec.key = req.key;
-    link::reply(&b.t, from, ans);
+    link::reply(&b.t, from, found(req));
   });
   CAF_REQUIRE(run_until([&] { return link::connected(&a.t, 2); }));
   std::vector<answer> got;
@@ -893,12 +898,7 @@ CAF_TEST(the frames of one loop turn share a write and keep their order) {
   b.start();
   // Node 2 answers every lookup at once, with the key it was asked.
   link::set_server(&b.t, [&](const served& from, request req) {
-    answer ans;
-    ans.kind = req.kind;
-    ans.lookup.found = true;
-    ans.lookup.rec.route = req.route;
-    ans.lookup.rec.key = req.key;
-    link::reply(&b.t, from, ans);
+    link::reply(&b.t, from, found(req));
   });
   CAF_REQUIRE(run_until([&] { return link::connected(&a.t, 2); }));
   auto sent_before = a.stats().frames_sent;
