@@ -37,6 +37,9 @@ trap 'stop_all; rm -rf "$D"' EXIT
 
 . "$LIB/nodes.sh"
 
+# Node I of the binary under test (see start_cluster).
+start_bin() { start_node "$BIN" "$@"; }
+
 cpu_ticks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat"; done; }
 
 # wrk against port $1 with $2 connections and $3 threads; sets LINE and N.
@@ -76,24 +79,8 @@ for r in $(seq "$ROUNDS"); do
     echo "round $r [$tag] single c50: $LINE cpu_us/req=$CPU"
     stop_all
     rm -rf "$D"/n*
-    mapfile -t P < <(python3 "$LIB/benchlib.py" freeport 3)
-    "$ROOT/scripts/cluster-certs.sh" "$D/tls" 1 2 3 >/dev/null
-    {
-      echo '[cluster]'
-      echo "peers=[\"1=127.0.0.1:${P[0]}\",\"2=127.0.0.1:${P[1]}\",\"3=127.0.0.1:${P[2]}\"]"
-      echo 'election-timeout=500ms'
-      echo "tls-ca=\"$D/tls/ca.pem\""
-    } >"$D/cluster.ini"
-    declare -A HTTP
-    for i in 1 2 3; do
-      start_node "$BIN" "$i" --config-file="$D/cluster.ini" --cluster.id="$i" \
-        --cluster.tls-certificate="$D/tls/node-$i.pem" \
-        --cluster.tls-key="$D/tls/node-$i.key"
-      HTTP[$i]=$PORT
-    done
-    out=$(python3 "$LIB/benchlib.py" cluster-wait 30 "${HTTP[1]}" "${HTTP[2]}" "${HTTP[3]}") \
-      || { echo "no ready leader within 30 s: $out" >&2; exit 1; }
-    read -r _ lport lid _ <<<"$out"
+    start_cluster start_bin 'election-timeout=500ms'
+    lport=$LPORT lid=$LID
     fid=0 oid=0
     for i in 1 2 3; do
       [ "$i" = "$lid" ] && continue

@@ -46,23 +46,8 @@ if [ "$VIA" = single ]; then
   start 1
   target=$PORT receiver=1 files=("$D/n1.trace")
 else
-  mapfile -t P < <(python3 "$LIB/benchlib.py" freeport 3)
-  "$ROOT/scripts/cluster-certs.sh" "$D/tls" 1 2 3 >/dev/null
-  {
-    echo '[cluster]'
-    echo "peers=[\"1=127.0.0.1:${P[0]}\",\"2=127.0.0.1:${P[1]}\",\"3=127.0.0.1:${P[2]}\"]"
-    echo "tls-ca=\"$D/tls/ca.pem\""
-  } >"$D/cluster.ini"
-  declare -A HTTP
-  for i in 1 2 3; do
-    start "$i" --config-file="$D/cluster.ini" --cluster.id="$i" \
-      --cluster.tls-certificate="$D/tls/node-$i.pem" \
-      --cluster.tls-key="$D/tls/node-$i.key"
-    HTTP[$i]=$PORT
-  done
-  out=$(python3 "$LIB/benchlib.py" cluster-wait 30 "${HTTP[1]}" "${HTTP[2]}" "${HTTP[3]}") \
-    || { echo "no ready leader within 30 s: $out" >&2; exit 1; }
-  read -r _ lport lid _ <<<"$out"
+  start_cluster start
+  lport=$LPORT lid=$LID
   receiver=$lid
   if [ "$VIA" = follower ]; then
     for i in 1 2 3; do [ "$i" = "$lid" ] || { receiver=$i; break; }; done

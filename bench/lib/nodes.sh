@@ -1,5 +1,6 @@
-# Sourced by the bench scripts: starts `oncegate` nodes in $D (a temp dir
-# the caller owns) and records their pids in PIDS (the caller stops them).
+# Sourced by the bench scripts (which set ROOT, LIB and D, a temp dir they
+# own): starts `oncegate` nodes in $D and records their pids in PIDS (the
+# caller stops them).
 #
 #   start_node BIN I [ARGS...]   node I, data in $D/nI, HTTP on a free port:
 #                                sets PORT once it printed its ready line
@@ -24,4 +25,36 @@ start_node() {
   echo "node $i did not start:" >&2
   cat "$D/n$i.err" >&2
   exit 1
+}
+
+#   start_cluster STARTER [INI_LINE...]
+#                                a 3-node mutual-TLS cluster on 127.0.0.1
+#                                (certificates in $D/tls, free link ports,
+#                                INI_LINEs added to [cluster]): runs
+#                                `STARTER I ARGS...` for each node (it
+#                                starts node I with ARGS and sets PORT),
+#                                then waits (30 s at most) for a ready
+#                                leader. Sets HTTP[1..3] (HTTP ports), LPORT
+#                                and LID (the leader's port and id).
+start_cluster() {
+  local starter=$1 i out
+  shift
+  mapfile -t P < <(python3 "$LIB/benchlib.py" freeport 3)
+  "$ROOT/scripts/cluster-certs.sh" "$D/tls" 1 2 3 >/dev/null
+  {
+    echo '[cluster]'
+    echo "peers=[\"1=127.0.0.1:${P[0]}\",\"2=127.0.0.1:${P[1]}\",\"3=127.0.0.1:${P[2]}\"]"
+    echo "tls-ca=\"$D/tls/ca.pem\""
+    for line in "$@"; do echo "$line"; done
+  } >"$D/cluster.ini"
+  declare -gA HTTP
+  for i in 1 2 3; do
+    "$starter" "$i" --config-file="$D/cluster.ini" --cluster.id="$i" \
+      --cluster.tls-certificate="$D/tls/node-$i.pem" \
+      --cluster.tls-key="$D/tls/node-$i.key"
+    HTTP[$i]=$PORT
+  done
+  out=$(python3 "$LIB/benchlib.py" cluster-wait 30 "${HTTP[1]}" "${HTTP[2]}" "${HTTP[3]}") \
+    || { echo "no ready leader within 30 s: $out" >&2; exit 1; }
+  read -r _ LPORT LID _ <<<"$out"
 }
