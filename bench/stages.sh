@@ -32,47 +32,22 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts node $1 with the remaining arguments; sets PORT to its HTTP port.
+. "$LIB/nodes.sh"
+
+# Starts node $1 with the remaining arguments (sets PORT); each writes its
+# stage trace at exit.
 start() {
-  local i=$1 t
+  local i=$1
   shift
-  mkdir -p "$D/n$i"
-  ONCEGATE_STAGE_TRACE=$D/n$i.trace "$BIN" --data-dir="$D/n$i" --http-port=0 \
-    --log-level=warn "$@" >"$D/n$i.out" 2>"$D/n$i.err" &
-  PIDS+=($!)
-  PORT=
-  for t in $(seq 200); do
-    PORT=$(sed -n 's/^oncegate ready http=127.0.0.1:\([0-9]*\).*/\1/p' "$D/n$i.out")
-    [ -n "$PORT" ] && return 0
-    kill -0 "${PIDS[-1]}" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "node $i did not start:" >&2
-  cat "$D/n$i.err" >&2
-  exit 1
+  ONCEGATE_STAGE_TRACE=$D/n$i.trace start_node "$BIN" "$i" "$@"
 }
 
 if [ "$VIA" = single ]; then
   start 1
   target=$PORT receiver=1 files=("$D/n1.trace")
 else
-  mapfile -t P < <(python3 "$LIB/benchlib.py" freeport 3)
-  "$ROOT/scripts/cluster-certs.sh" "$D/tls" 1 2 3 >/dev/null
-  {
-    echo '[cluster]'
-    echo "peers=[\"1=127.0.0.1:${P[0]}\",\"2=127.0.0.1:${P[1]}\",\"3=127.0.0.1:${P[2]}\"]"
-    echo "tls-ca=\"$D/tls/ca.pem\""
-  } >"$D/cluster.ini"
-  declare -A HTTP
-  for i in 1 2 3; do
-    start "$i" --config-file="$D/cluster.ini" --cluster.id="$i" \
-      --cluster.tls-certificate="$D/tls/node-$i.pem" \
-      --cluster.tls-key="$D/tls/node-$i.key"
-    HTTP[$i]=$PORT
-  done
-  out=$(python3 "$LIB/benchlib.py" cluster-wait 30 "${HTTP[1]}" "${HTTP[2]}" "${HTTP[3]}") \
-    || { echo "no ready leader within 30 s: $out" >&2; exit 1; }
-  read -r _ lport lid _ <<<"$out"
+  start_cluster start
+  lport=$LPORT lid=$LID
   receiver=$lid
   if [ "$VIA" = follower ]; then
     for i in 1 2 3; do [ "$i" = "$lid" ] || { receiver=$i; break; }; done

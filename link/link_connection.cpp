@@ -385,8 +385,21 @@ void connection::close(verdict v, const std::string& why) {
               + "): the outcome is unknown");
   serving.clear();
   serving_bytes = 0;
+  // Frames sent before the close go first (a refusal's reason): best
+  // effort, as the last words below.
+  std::string frames;
+  frames.swap(out);
+  if (!frames.empty() && ssl == nullptr) {
+    auto b = uv_buf_init(frames.data(), static_cast<unsigned>(frames.size()));
+    uv_try_write(reinterpret_cast<uv_stream_t*>(&tcp), &b, 1);
+  }
   if (ssl != nullptr && was != conn_state::resolving
       && was != conn_state::connecting) {
+    if (!frames.empty() && !tls_failed) {
+      ERR_clear_error();
+      SSL_write(ssl, frames.data(), static_cast<int>(frames.size()));
+      ERR_clear_error();
+    }
     if (was == conn_state::open && !tls_failed) {
       ERR_clear_error();
       SSL_shutdown(ssl); // close_notify

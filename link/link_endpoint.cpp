@@ -347,8 +347,17 @@ void endpoint::finish_wait(connect_wait* w, uv_stream_t* s, int status) {
   });
 }
 
+void endpoint::flush_all() {
+  auto serials = std::move(unflushed);
+  unflushed.clear();
+  for (auto serial : serials) // a flush may close (and free) a connection
+    if (auto i = conns.find(serial); i != conns.end())
+      i->second->flush_out();
+}
+
 void endpoint::maybe_fire_close() {
-  if (!closing || listener_open || !conns.empty() || !waits.empty()
+  if (!closing || listener_open || flusher_open || !conns.empty()
+      || !waits.empty()
       || !dialers.empty() || close_cb == nullptr)
     return;
   auto cb = close_cb;
@@ -381,6 +390,12 @@ int iface_init(raft_uv_transport* t, raft_id id, const char* address) {
   uv_tcp_init(x.loop, &x.listener);
   x.listener.data = &x;
   x.listener_open = true;
+  uv_prepare_init(x.loop, &x.flusher);
+  x.flusher.data = &x;
+  x.flusher_open = true;
+  uv_prepare_start(&x.flusher, [](uv_prepare_t* h) {
+    static_cast<endpoint*>(h->data)->flush_all();
+  });
   return 0;
 }
 
@@ -494,6 +509,15 @@ void iface_close(raft_uv_transport* t, raft_uv_transport_close_cb cb) {
       x->listener_open = false;
       x->maybe_fire_close();
     });
+  if (x.flusher_open
+      && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&x.flusher))) {
+    x.flush_all();
+    uv_close(reinterpret_cast<uv_handle_t*>(&x.flusher), [](uv_handle_t* h) {
+      auto x = static_cast<endpoint*>(h->data);
+      x->flusher_open = false;
+      x->maybe_fire_close();
+    });
+  }
   for (auto& [peer, d] : x.dialers) {
     d->timer_open = false;
     d->conn = nullptr;
@@ -620,7 +644,8 @@ void close(raft_uv_transport* t) {
   if (t->impl == nullptr)
     return;
   auto x = static_cast<endpoint*>(t->impl);
-  if (x->listener_open || !x->conns.empty() || !x->waits.empty()
+  if (x->listener_open || x->flusher_open || !x->conns.empty()
+      || !x->waits.empty()
       || !x->dialers.empty()) {
     // libuv still points into it: leaking beats a use after free.
     log::cluster()->error("link.close_while_open connections={}",
@@ -652,6 +677,8 @@ link_stats stats_of(raft_uv_transport* t) {
   res.requests_served = x.requests_served.load();
   res.requests_overloaded = x.requests_overloaded.load();
   res.backpressure_pauses = x.pauses.load();
+  res.frames_sent = x.frames_sent.load();
+  res.frame_writes = x.frame_writes.load();
   res.buffered_bytes = x.buffered.load();
   res.handshakes = x.handshaking.load();
   res.links = x.open_links.load();

@@ -235,29 +235,44 @@ void connection::on_frame(const frame_header& h, std::string_view payload) {
 
 bool connection::send_frame(frame_type type, uint64_t id,
                             std::string_view payload) {
+  if (state == conn_state::closing)
+    return false;
   stage_trace::mark("link.send", uint64_t(type) * 1000000 + payload.size());
   frame_header h;
   h.length = static_cast<uint32_t>(payload.size());
   h.type = type;
   h.id = id;
-  // One write (and one TLS record, up to its size) per frame.
-  auto total = header_size + payload.size();
-  auto buf = std::unique_ptr<char[]>(new char[total]);
-  encode_header(h, buf.get());
-  if (!payload.empty())
-    std::memcpy(buf.get() + header_size, payload.data(), payload.size());
-  if (ssl == nullptr) {
-    auto w = std::make_unique<write_req>();
-    w->len = total;
-    w->data = std::move(buf);
-    return queue_write(std::move(w));
-  }
-  return write_plain(buf.get(), total);
+  ++owner->frames_sent;
+  if (out.empty())
+    owner->unflushed.push_back(serial);
+  auto at = out.size();
+  out.resize(at + header_size);
+  encode_header(h, out.data() + at);
+  out.append(payload.data(), payload.size());
+  // Bounded in bytes: a large turn (a snapshot's chunks) goes out as it
+  // comes.
+  if (out.size() >= coalesce_bytes)
+    return flush_out();
+  return true;
 }
 
-bool connection::write_plain(const char* data, size_t len) {
+bool connection::flush_out() {
+  if (out.empty() || state == conn_state::closing)
+    return state != conn_state::closing;
+  std::string frames;
+  frames.swap(out);
+  ++owner->frame_writes;
+  if (ssl == nullptr) {
+    auto w = std::make_unique<write_req>();
+    w->len = frames.size();
+    w->data.reset(new char[frames.size()]);
+    std::memcpy(w->data.get(), frames.data(), frames.size());
+    return queue_write(std::move(w));
+  }
   ERR_clear_error();
-  if (SSL_write(ssl, data, static_cast<int>(len)) != static_cast<int>(len)) {
+  // One call: OpenSSL cuts records of at most 16 KiB itself.
+  auto len = static_cast<int>(frames.size());
+  if (SSL_write(ssl, frames.data(), len) != len) {
     tls_failed = true;
     log::cluster()->info("link.tls_error conn={} peer={} reason={}", serial,
                          peer_id, tls::openssl_error());

@@ -19,6 +19,10 @@
 // writes becomes raft_data frames, and raft_data frames are written to it.
 // Streams opened by the dialling side have odd ids, the other side's even.
 //
+// Frames are coalesced: those a connection sends in one turn of the loop
+// go out as one TLS write and one socket write, before the loop waits
+// again (the endpoint's prepare handle), or at once past `coalesce_bytes`.
+//
 // Back-pressure: the streams of a link stop being read while the link's
 // socket has more than `high_water` queued, and the socket stops being read
 // while its streams have; both resume below `low_water`.
@@ -48,6 +52,7 @@ using clock_type = std::chrono::steady_clock;
 constexpr size_t read_chunk = 64 * 1024;
 constexpr size_t high_water = 256 * 1024;
 constexpr size_t low_water = 64 * 1024;
+constexpr size_t coalesce_bytes = 64 * 1024;
 constexpr int listen_backlog = 128;
 /// Refusal lines logged a second at most (a burst of as many): a flood of
 /// strangers must not fill the disk; the counters count every refusal.
@@ -210,6 +215,8 @@ struct connection {
   bool streams_paused = false;
   std::unique_ptr<char[]> tcp_buf;
   std::unique_ptr<char[]> plain_buf;
+  // Frames sent in this loop turn and not yet written (see `flush_out`).
+  std::string out;
   // Plain text received and not yet taken as frames, from `in_pos` on.
   std::string in;
   size_t in_pos = 0;
@@ -258,7 +265,9 @@ struct connection {
   void take_frames();
   void on_frame(const frame_header& h, std::string_view payload);
   bool send_frame(frame_type type, uint64_t id, std::string_view payload);
-  bool write_plain(const char* data, size_t len);
+  /// Writes the frames of `out` (through TLS): false if that closed the
+  /// connection.
+  bool flush_out();
   bool flush_tls();
   void flush_tls_now();
   bool queue_write(std::unique_ptr<write_req> w);
@@ -294,6 +303,10 @@ struct endpoint {
   uv_tcp_t listener;
   bool listener_open = false;
   raft_uv_accept_cb accept_cb = nullptr;
+  // Runs before the loop waits: writes what connections coalesced.
+  uv_prepare_t flusher;
+  bool flusher_open = false;
+  std::vector<uint64_t> unflushed; // serials of connections with `out`
 
   std::map<uint64_t, std::unique_ptr<connection>> conns; // by serial
   std::map<uint64_t, connection*> links;                 // open, by peer
@@ -322,6 +335,8 @@ struct endpoint {
   std::atomic<uint64_t> requests_served{0};
   std::atomic<uint64_t> requests_overloaded{0};
   std::atomic<uint64_t> pauses{0};
+  std::atomic<uint64_t> frames_sent{0};
+  std::atomic<uint64_t> frame_writes{0};
   std::atomic<uint64_t> buffered{0};
   std::atomic<uint64_t> handshaking{0};
   std::atomic<uint64_t> open_links{0};
@@ -350,6 +365,8 @@ struct endpoint {
   void link_closed(connection* c);
   void finish_wait(connect_wait* w, uv_stream_t* s, int status);
   void maybe_fire_close();
+  /// Writes every connection's coalesced frames.
+  void flush_all();
 };
 
 void set_errmsg(raft_uv_transport* t, const std::string& msg);

@@ -129,6 +129,10 @@ struct link_stats {
   uint64_t requests_overloaded = 0;
   /// Times a connection stopped reading because its other side was full.
   uint64_t backpressure_pauses = 0;
+  /// Frames sent, and the writes that carried them (frames of one loop
+  /// turn share one).
+  uint64_t frames_sent = 0;
+  uint64_t frame_writes = 0;
   /// Gauges: bytes queued by the link's own writes now (all connections,
   /// both directions); inbound connections in their handshake now; links
   /// open now; Raft streams open now.

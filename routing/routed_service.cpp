@@ -3,6 +3,7 @@
 #include <mutex>
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <random>
 #include <type_traits>
 #include <utility>
@@ -104,12 +105,16 @@ struct routed_call {
 };
 
 template <class T>
-void forward(caf::event_based_actor* self, std::shared_ptr<routed_call<T>> c);
+void forward(std::shared_ptr<routed_call<T>> c);
 
-// The answer of one attempt, in a bridge actor.
+// The answer of one attempt, on any thread: a bridge actor (this node's
+// own actors answered), the Raft thread (the leader's answer came on the
+// link) or the caller's (nothing was sent). A final answer completes the
+// call there (`node_service` completions may run on any thread and never
+// block); a retry waits in a bridge actor.
 template <class T>
-void settle(caf::event_based_actor* self, std::shared_ptr<routed_call<T>> c,
-            link::answer ans) {
+void settle(std::shared_ptr<routed_call<T>> c, link::answer ans) {
+  auto& cr = *c->cr;
   if (ans.error == errc::none || !retryable(ans.error)) {
     c->done(reply_of<T>(ans));
     return;
@@ -124,23 +129,29 @@ void settle(caf::event_based_actor* self, std::shared_ptr<routed_call<T>> c,
     c->req.claim.request_id += 0x9e3779b97f4a7c15ull; // a retry is a stranger
   // Backs off (interval x 1, 2, 4, 8, then 8 again): a failover takes
   // hundreds of milliseconds, and many requests may be waiting for it.
-  auto delay = c->cr->retry_interval * (1u << std::min(c->attempt, 3u));
+  auto delay = cr.retry_interval * (1u << std::min(c->attempt, 3u));
   ++c->attempt;
-  actor_bridge::post_later(self, delay, [c](caf::event_based_actor* self) {
-    forward<T>(self, c);
+  cr.bridge->post([c, delay](caf::event_based_actor* self) {
+    actor_bridge::post_later(self, delay,
+                             [c](caf::event_based_actor*) { forward<T>(c); });
   });
 }
 
+// One attempt, from any thread. This node's own actors are asked by a
+// bridge actor; a remote leader directly over the link (no hand-over: the
+// Raft thread sends it and completes the call with the answer).
 template <class T>
-void forward(caf::event_based_actor* self, std::shared_ptr<routed_call<T>> c) {
+void forward(std::shared_ptr<routed_call<T>> c) {
   auto& cr = *c->cr;
   auto status = cr.raft->brief();
   if (status.leader_ready) {
     // The same path as another node's request at this node.
-    cluster::call_locally(self, cr.context, c->req,
-                          [self, c](link::answer ans) {
-                            settle<T>(self, c, std::move(ans));
-                          });
+    cr.bridge->post([c](caf::event_based_actor* self) {
+      cluster::call_locally(self, c->cr->context, c->req,
+                            [c](link::answer ans) {
+                              settle<T>(c, std::move(ans));
+                            });
+    });
     return;
   }
   if (status.leader_id == 0 || status.leader_id == cr.raft->id()) {
@@ -148,32 +159,39 @@ void forward(caf::event_based_actor* self, std::shared_ptr<routed_call<T>> c) {
     none.kind = c->req.kind;
     none.error = errc::not_leader;
     none.detail = "no ready leader";
-    settle<T>(self, c, std::move(none));
+    settle<T>(std::move(c), std::move(none));
     return;
   }
   // Only a remote leader gets a request timeout: a lost peer or a lost
-  // message must not hold the request forever; the link answers on the
-  // Raft thread, and a bridge actor takes it from there.
+  // message must not hold the request forever. Once this node's bridge
+  // stopped (the node shuts down), answers are dropped as a bridge would.
   auto bridge = cr.bridge;
   cr.raft->ask(status.leader_id, c->req, cr.remote_timeout,
                [bridge, c](link::answer ans) {
-                 bridge->post([c, ans = std::move(ans)](
-                                caf::event_based_actor* self) mutable {
-                   settle<T>(self, c, std::move(ans));
-                 });
+                 if (bridge->stopped())
+                   return;
+                 // On the Raft thread: nothing may escape into libuv.
+                 try {
+                   settle<T>(c, std::move(ans));
+                 } catch (const std::exception& e) {
+                   log::gateway()->error("cluster.answer_failed kind={} "
+                                         "error={}",
+                                         link::to_string(c->req.kind),
+                                         e.what());
+                 }
                });
 }
 
 template <class T>
-void route(caf::event_based_actor* self, std::shared_ptr<const cluster_route> cr,
-           link::request req, std::chrono::steady_clock::time_point until,
+void route(std::shared_ptr<const cluster_route> cr, link::request req,
+           std::chrono::steady_clock::time_point until,
            std::function<void(reply<T>)> done) {
   auto c = std::make_shared<routed_call<T>>();
   c->cr = std::move(cr);
   c->req = std::move(req);
   c->until = until;
   c->done = std::move(done);
-  forward<T>(self, std::move(c));
+  forward<T>(std::move(c));
 }
 
 link::request update_request(record_update upd) {
@@ -198,75 +216,61 @@ public:
     // claim that committed although its answer was lost is found as ours.
     req.owner = cluster_->raft->id();
     req.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
-    post([this, req = std::move(req),
-          done = std::move(done)](caf::event_based_actor* self) mutable {
-      // Giving up does not undo a claim that may still commit (its
-      // leader lost leadership with the entry in flight): release it,
-      // should it have committed, so that the sender's retry executes.
-      auto undo = release_of(req);
-      auto undo_for = std::chrono::milliseconds(
-        std::clamp<int64_t>(req.ttl_ms, 1000, 86'400'000));
-      auto on_reply = [this, done = std::move(done), undo,
-                       undo_for](reply<claim_result> rep) mutable {
-        if (!rep.ok) // cheap when nothing committed: one log entry
-          release_abandoned(std::move(undo), undo_for);
-        done(std::move(rep));
-      };
-      link::request call;
-      call.kind = link::op::claim;
-      call.claim = std::move(req);
-      route<claim_result>(self, cluster_, std::move(call), deadline(),
-                          std::move(on_reply));
-    });
+    // Giving up does not undo a claim that may still commit (its leader
+    // lost leadership with the entry in flight): release it, should it
+    // have committed, so that the sender's retry executes.
+    auto undo = release_of(req);
+    auto undo_for = std::chrono::milliseconds(
+      std::clamp<int64_t>(req.ttl_ms, 1000, 86'400'000));
+    auto on_reply = [this, done = std::move(done), undo,
+                     undo_for](reply<claim_result> rep) mutable {
+      if (!rep.ok) // cheap when nothing committed: one log entry
+        release_abandoned(std::move(undo), undo_for);
+      done(std::move(rep));
+    };
+    link::request call;
+    call.kind = link::op::claim;
+    call.claim = std::move(req);
+    route<claim_result>(cluster_, std::move(call), deadline(),
+                        std::move(on_reply));
   }
 
   void update(record_update upd,
               std::function<void(reply<update_result>)> done) override {
-    post([this, upd = std::move(upd),
-          done = std::move(done)](caf::event_based_actor* self) mutable {
-      // A transition that cannot reach a leader in time (a partition)
-      // must still land: the upstream's outcome is known here only.
-      // Keep trying in the background; the update names its record
-      // instance, so a late one cannot touch a successor.
-      auto on_reply = [this, done = std::move(done),
-                       again = upd](reply<update_result> rep) mutable {
-        if (!rep.ok && rep.error == errc::not_leader)
-          retry_update(std::move(again), std::chrono::hours(24));
-        done(std::move(rep));
-      };
-      route<update_result>(self, cluster_, update_request(std::move(upd)),
-                           deadline(), std::move(on_reply));
-    });
+    // A transition that cannot reach a leader in time (a partition) must
+    // still land: the upstream's outcome is known here only. Keep trying
+    // in the background; the update names its record instance, so a late
+    // one cannot touch a successor.
+    auto on_reply = [this, done = std::move(done),
+                     again = upd](reply<update_result> rep) mutable {
+      if (!rep.ok && rep.error == errc::not_leader)
+        retry_update(std::move(again), std::chrono::hours(24));
+      done(std::move(rep));
+    };
+    route<update_result>(cluster_, update_request(std::move(upd)), deadline(),
+                         std::move(on_reply));
   }
 
   void lookup(std::string route_name, std::string key,
               std::function<void(reply<lookup_result>)> done) override {
-    post([this, route_name = std::move(route_name), key = std::move(key),
-          done = std::move(done)](caf::event_based_actor* self) mutable {
-      link::request call;
-      call.kind = link::op::lookup;
-      call.route = std::move(route_name);
-      call.key = std::move(key);
-      route<lookup_result>(self, cluster_, std::move(call), deadline(),
-                           std::move(done));
-    });
+    link::request call;
+    call.kind = link::op::lookup;
+    call.route = std::move(route_name);
+    call.key = std::move(key);
+    route<lookup_result>(cluster_, std::move(call), deadline(),
+                         std::move(done));
   }
 
   void list(std::string route_name, record_state state, std::string after,
             uint32_t limit,
             std::function<void(reply<record_page>)> done) override {
-    post([this, route_name = std::move(route_name), state,
-          after = std::move(after), limit,
-          done = std::move(done)](caf::event_based_actor* self) mutable {
-      link::request call;
-      call.kind = link::op::list;
-      call.route = std::move(route_name);
-      call.state = state;
-      call.key = std::move(after);
-      call.limit = limit;
-      route<record_page>(self, cluster_, std::move(call), deadline(),
-                         std::move(done));
-    });
+    link::request call;
+    call.kind = link::op::list;
+    call.route = std::move(route_name);
+    call.state = state;
+    call.key = std::move(after);
+    call.limit = limit;
+    route<record_page>(cluster_, std::move(call), deadline(), std::move(done));
   }
 
   delivery_turn delivery() const override {
@@ -362,11 +366,7 @@ public:
         break;
       }
     }
-    post([this, call = std::move(call),
-          done = std::move(done)](caf::event_based_actor* self) mutable {
-      route<uint64_t>(self, cluster_, std::move(call), deadline(),
-                      std::move(done));
-    });
+    route<uint64_t>(cluster_, std::move(call), deadline(), std::move(done));
   }
 
   void ready(std::function<void(bool, std::string)> done) override {
@@ -437,17 +437,14 @@ private:
     auto cost = background_cost(upd);
     if (!admit_background(cost, upd))
       return;
-    post([this, upd = std::move(upd), keep_trying, cost,
-          report](caf::event_based_actor* self) mutable {
-      auto done = [this, key = upd.key, cost,
-                   report](reply<update_result> rep) {
-        settle_background(cost);
-        report(key, rep);
-      };
-      route<update_result>(self, cluster_, update_request(std::move(upd)),
-                           std::chrono::steady_clock::now() + keep_trying,
-                           std::move(done));
-    });
+    auto done = [this, key = upd.key, cost,
+                 report](reply<update_result> rep) {
+      settle_background(cost);
+      report(key, rep);
+    };
+    route<update_result>(cluster_, update_request(std::move(upd)),
+                         std::chrono::steady_clock::now() + keep_trying,
+                         std::move(done));
   }
 
   static std::size_t background_cost(const record_update& upd) {

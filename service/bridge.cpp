@@ -29,6 +29,7 @@ actor_bridge::~actor_bridge() {
 }
 
 void actor_bridge::stop() {
+  stopped_.store(true, std::memory_order_release);
   for (auto& hdl : actors_)
     caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
 }

@@ -64,6 +64,13 @@ public:
   /// destructor.
   void stop();
 
+  /// Whether `stop` was called (thread-safe): callbacks that would run a
+  /// job's continuation outside a bridge actor drop it then, as the bridge
+  /// drops jobs.
+  bool stopped() const {
+    return stopped_.load(std::memory_order_acquire);
+  }
+
   /// Runs `fn` in `self` (a bridge actor) after `delay`.
   static void post_later(caf::event_based_actor* self, caf::timespan delay,
                          job fn);
@@ -71,6 +78,7 @@ public:
 private:
   std::vector<caf::actor> actors_;
   std::atomic<std::size_t> next_{0};
+  std::atomic<bool> stopped_{false};
 };
 
 /// The reply for a request that failed with `err`.

@@ -547,6 +547,16 @@ frames_in(const std::string& bytes) {
   return out;
 }
 
+// A lookup's answer as a server that found the record asked for.
+answer found(const request& req) {
+  answer ans;
+  ans.kind = req.kind;
+  ans.lookup.found = true;
+  ans.lookup.rec.route = req.route;
+  ans.lookup.rec.key = req.key;
+  return ans;
+}
+
 } // namespace
 
 CAF_TEST_FIXTURE_SCOPE(node_link_tests, fixture)
@@ -829,12 +839,7 @@ CAF_TEST(requests are answered on the link they were sent on) {
       held.push_back(from);
       return;
     }
-    answer ans;
-    ans.kind = req.kind;
-    ans.lookup.found = true;
-    ans.lookup.rec.route = req.route;
-    ans.lookup.rec.key = req.key;
-    link::reply(&b.t, from, ans);
+    link::reply(&b.t, from, found(req));
   });
   CAF_REQUIRE(run_until([&] { return link::connected(&a.t, 2); }));
   std::vector<answer> got;
@@ -884,6 +889,48 @@ CAF_TEST(requests are answered on the link they were sent on) {
   // two held ones.
   CAF_CHECK_EQUAL(a.stats().answers_received, 2u);
   CAF_CHECK_EQUAL(a.stats().requests_sent, 4u);
+}
+
+CAF_TEST(the frames of one loop turn share a write and keep their order) {
+  endpoint a{*this, 1, addr1, members};
+  endpoint b{*this, 2, addr2, members};
+  a.start();
+  b.start();
+  // Node 2 answers every lookup at once, with the key it was asked.
+  link::set_server(&b.t, [&](const served& from, request req) {
+    link::reply(&b.t, from, found(req));
+  });
+  CAF_REQUIRE(run_until([&] { return link::connected(&a.t, 2); }));
+  auto sent_before = a.stats().frames_sent;
+  auto writes_before = a.stats().frame_writes;
+  auto answers_before = b.stats().frames_sent;
+  auto answer_writes_before = b.stats().frame_writes;
+  // 300 requests of ~1 KiB in one turn (~300 KiB): more than one write's
+  // worth (64 KiB), so some leave before the turn ends, all in order.
+  constexpr size_t n = 300;
+  std::vector<std::string> got;
+  for (size_t i = 0; i < n; ++i) {
+    request lookup;
+    lookup.kind = op::lookup;
+    lookup.route = "orders";
+    lookup.key = std::to_string(i) + std::string(1000, 'k');
+    link::ask(&a.t, 2, std::move(lookup), 10s, [&](answer ans) {
+      CAF_CHECK_EQUAL(ans.error, errc::none);
+      got.push_back(ans.lookup.rec.key);
+    });
+  }
+  CAF_REQUIRE(run_until([&] { return got.size() == n; }));
+  for (size_t i = 0; i < n; ++i)
+    CAF_CHECK_EQUAL(got[i], std::to_string(i) + std::string(1000, 'k'));
+  auto frames = a.stats().frames_sent - sent_before;
+  auto writes = a.stats().frame_writes - writes_before;
+  CAF_CHECK_EQUAL(frames, n);
+  // One write per 64 KiB and one for the rest of the turn.
+  CAF_CHECK_LESS_OR_EQUAL(writes, 6u);
+  CAF_CHECK_GREATER_OR_EQUAL(writes, 4u);
+  // The answers came in bursts too: fewer writes than frames.
+  CAF_CHECK_EQUAL(b.stats().frames_sent - answers_before, n);
+  CAF_CHECK_LESS(b.stats().frame_writes - answer_writes_before, n / 2);
 }
 
 CAF_TEST(strangers and misbehaving members are refused before libraft) {

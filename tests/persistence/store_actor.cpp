@@ -189,7 +189,10 @@ CAF_TEST(malformed commands are refused and never join a batch) {
   std::vector<reply_slot<claim_result>> refused;
   for (auto& req : bad)
     refused.push_back(ask<claim_result>(sys, store, claim_atom::value, req));
-  auto upd = record_update{"default", "k0", transition::complete};
+  record_update upd;
+  upd.route = "default";
+  upd.key = "k0";
+  upd.op = transition::complete;
   reinterpret_cast<uint8_t&>(upd.op) = 9;
   auto bad_update = ask<update_result>(sys, store, update_atom::value, upd);
   sched.run();
