@@ -137,6 +137,9 @@ struct cluster_context {
   node local;
   std::shared_ptr<raft_node> raft;
   std::shared_ptr<gateway::actor_bridge> bridge;
+  /// Asks this node's actors for the link's and the gateway's requests
+  /// (answers complete on the answering actor's thread).
+  std::shared_ptr<gateway::actor_caller> caller;
   std::vector<peer> peers;
   uint64_t id = 0;
   caf::timespan remote_timeout;
@@ -167,34 +170,28 @@ link::answer failed(link::op kind, errc code, std::string detail) {
   return res;
 }
 
-// An actor's error as an answer (as `gateway::failure` maps it).
-link::answer failed(caf::event_based_actor* self, link::op kind,
-                    const caf::error& err) {
-  auto code = errc_of(err);
-  if (err == caf::sec::request_timeout)
-    code = errc::timeout;
-  else if (code == errc::none)
-    code = errc::store_unavailable;
-  return failed(kind, code, self->system().render(err));
-}
-
-// Asks `hdl` and answers with `fill(answer, value)`.
+// Asks `hdl` and answers with `fill(answer, value)`, on the thread of the
+// actor that answered. No timeout: the local node always answers (its store
+// settles every command; a Raft leader that cannot commit loses leadership
+// and fails what it holds), and the HTTP response timeout bounds the
+// sender's wait.
 template <class T, class Handle, class Fill, class... Ts>
-void ask_actor(caf::event_based_actor* self, const Handle& hdl, link::op kind,
+void ask_actor(gateway::actor_caller& caller, const Handle& hdl, link::op kind,
                std::function<void(link::answer)> done, Fill fill,
                Ts&&... xs) {
-  // No timeout: the local node always answers (its store settles every
-  // command; a Raft leader that cannot commit loses leadership and fails
-  // what it holds), and the HTTP response timeout bounds the sender's wait.
-  self->request(hdl, caf::infinite, std::forward<Ts>(xs)...)
-    .then(
-      [kind, done, fill](T& value) {
-        link::answer res;
-        res.kind = kind;
-        fill(res, value);
-        done(std::move(res));
-      },
-      [self, kind, done](caf::error& err) { done(failed(self, kind, err)); });
+  caller.ask<T>(
+    hdl,
+    [kind, done = std::move(done), fill](gateway::reply<T> rep) {
+      if (!rep.ok) {
+        done(failed(kind, rep.error, std::move(rep.detail)));
+        return;
+      }
+      link::answer res;
+      res.kind = kind;
+      fill(res, rep.value);
+      done(std::move(res));
+    },
+    std::forward<Ts>(xs)...);
 }
 
 // Hands a result from the Raft thread back to a bridge actor.
@@ -229,8 +226,7 @@ void doubt_removed(caf::event_based_actor* self,
 
 } // namespace
 
-void call_locally(caf::event_based_actor* self,
-                  const std::shared_ptr<cluster_context>& cx,
+void call_locally(const std::shared_ptr<cluster_context>& cx,
                   link::request req, std::function<void(link::answer)> done) {
   using link::op;
   auto kind = req.kind;
@@ -244,7 +240,7 @@ void call_locally(caf::event_based_actor* self,
     case op::claim: {
       auto& shard = local.shard_for(req.claim.route, req.claim.key);
       ask_actor<claim_result>(
-        self, shard, kind, std::move(done),
+        *cx->caller, shard, kind, std::move(done),
         [](link::answer& a, claim_result& v) { a.claim = std::move(v); },
         claim_atom::value, std::move(req.claim));
       return;
@@ -252,7 +248,7 @@ void call_locally(caf::event_based_actor* self,
     case op::update: {
       auto& shard = local.shard_for(req.update.route, req.update.key);
       ask_actor<update_result>(
-        self, shard, kind, std::move(done),
+        *cx->caller, shard, kind, std::move(done),
         [](link::answer& a, update_result& v) { a.update = std::move(v); },
         update_atom::value, std::move(req.update));
       return;
@@ -260,21 +256,21 @@ void call_locally(caf::event_based_actor* self,
     case op::lookup: {
       auto& shard = local.shard_for(req.route, req.key);
       ask_actor<lookup_result>(
-        self, shard, kind, std::move(done),
+        *cx->caller, shard, kind, std::move(done),
         [](link::answer& a, lookup_result& v) { a.lookup = std::move(v); },
         get_atom::value, std::move(req.route), std::move(req.key));
       return;
     }
     case op::list:
       ask_actor<record_page>(
-        self, local.store, kind, std::move(done),
+        *cx->caller, local.store, kind, std::move(done),
         [](link::answer& a, record_page& v) { a.page = std::move(v); },
         list_atom::value, std::move(req.route), req.state, std::move(req.key),
         req.limit);
       return;
     case op::doubt:
       ask_actor<uint64_t>(
-        self, local.store, kind, std::move(done),
+        *cx->caller, local.store, kind, std::move(done),
         [](link::answer& a, uint64_t& v) { a.value = v; }, doubt_atom::value,
         req.node, req.before_ms);
       return;
@@ -351,13 +347,11 @@ void serve(const std::shared_ptr<cluster_context>& cx,
                                    + link::to_string(req.kind) + ": " + why));
     return;
   }
-  cx->bridge->post([cx, from, req = std::move(req)](
-                     caf::event_based_actor* self) mutable {
-    auto raft = cx->raft;
-    call_locally(self, cx, std::move(req), [raft, from](link::answer ans) {
-      stage_trace::mark("bridge.answer");
-      raft->reply(from, std::move(ans));
-    });
+  // Straight from the Raft thread into the registry; the key actor's (or
+  // the store's) answer is handed back to the Raft thread from there.
+  call_locally(cx, std::move(req), [raft = cx->raft, from](link::answer ans) {
+    stage_trace::mark("local.answer");
+    raft->reply(from, std::move(ans));
   });
 }
 
@@ -381,10 +375,16 @@ void doubt_own(caf::event_based_actor* self,
   req.kind = link::op::doubt;
   req.node = cx->id;
   req.before_ms = cx->started_ms;
+  // The answer comes on another thread (an actor's, the Raft thread's).
+  auto back = [cx, settle](link::answer ans) {
+    cx->bridge->post(
+      [settle, ans = std::move(ans)](caf::event_based_actor* self) mutable {
+        settle(self, std::move(ans));
+      });
+  };
   auto status = cx->raft->brief();
   if (status.leader_ready) {
-    call_locally(self, cx, std::move(req),
-                 [self, settle](link::answer ans) { settle(self, ans); });
+    call_locally(cx, std::move(req), std::move(back));
     return;
   }
   if (status.leader_id == 0 || status.leader_id == cx->id) {
@@ -393,14 +393,7 @@ void doubt_own(caf::event_based_actor* self,
   }
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
     cx->remote_timeout);
-  cx->raft->ask(status.leader_id, std::move(req), timeout,
-                [cx, settle](link::answer ans) {
-                  cx->bridge->post(
-                    [settle, ans = std::move(ans)](
-                      caf::event_based_actor* self) mutable {
-                      settle(self, std::move(ans));
-                    });
-                });
+  cx->raft->ask(status.leader_id, std::move(req), timeout, std::move(back));
 }
 
 } // namespace
@@ -411,6 +404,8 @@ void cluster_node::shutdown() {
   // Its actors' retries hold the context, which holds the bridge.
   if (bridge)
     bridge->stop();
+  if (caller)
+    caller->stop();
   local.shutdown();
   // Raft stops here, on the caller's thread, while this node still owns
   // it: left to the last owner, it could be a request's callback on the
@@ -456,6 +451,8 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     sys, std::max<std::size_t>(1, copts.bridge_actors));
   auto cx = std::make_shared<cluster_context>();
   cx->bridge = result->bridge;
+  result->caller = std::make_shared<gateway::actor_caller>(sys);
+  cx->caller = result->caller;
   cx->peers = copts.peers;
   cx->id = copts.id;
   cx->remote_timeout = copts.remote_timeout;

@@ -17,6 +17,7 @@
 #include "replication/raft_node.hpp"
 #include "replication/raft_sink.hpp"
 #include "service/bridge.hpp"
+#include "service/caller.hpp"
 
 namespace oncegate::cluster {
 
@@ -49,8 +50,10 @@ struct cluster_options {
   replicated_store_options store;
   /// Bound on each request to another node (over the link).
   caf::timespan remote_timeout = std::chrono::seconds(1);
-  /// Actors that run the requests of this node's gateway and of the other
-  /// nodes (`actor_bridge`).
+  /// Actors that run this node's background requests (metrics, probes,
+  /// delivery scans, a retry's back-off, membership changes;
+  /// `actor_bridge`); claims, updates and lookups need none
+  /// (`actor_caller`).
   std::size_t bridge_actors = 1;
 };
 
@@ -64,13 +67,15 @@ const char* refusal(const link::request& req, const std::vector<peer>& peers);
 struct cluster_context;
 
 /// One node of a cluster: the node's actors over a replicated store, its
-/// Raft server (with the node link), and the bridge actors that run both
-/// this node's requests and those other nodes send it.
+/// Raft server (with the node link), the caller that asks those actors for
+/// this node's gateway and for the other nodes, and the bridge actors that
+/// run its background requests.
 class cluster_node {
 public:
   node local;
   std::shared_ptr<raft_node> raft;
   std::shared_ptr<gateway::actor_bridge> bridge;
+  std::shared_ptr<gateway::actor_caller> caller;
   std::shared_ptr<cluster_context> context;
   cluster_options opts;
   /// Requests from other nodes refused as malformed (and answers that
@@ -83,12 +88,13 @@ public:
 };
 
 /// Runs `req` at this node's actors (its registry shard, its store, its
-/// Raft server) as the ready leader, and calls `done` with the answer from
-/// a bridge actor: the one path of a request, whether this node's gateway
-/// or another node asked. `not_leader` unless this node is the ready
-/// leader.
-void call_locally(caf::event_based_actor* self,
-                  const std::shared_ptr<cluster_context>& cx,
+/// Raft server) as the ready leader, from any thread, and calls `done` with
+/// the answer on the thread that has it (the answering actor's, the Raft
+/// thread's, a bridge actor's, or the caller's when nothing was asked):
+/// the one path of a request, whether this node's gateway or another node
+/// asked. `done` must not block. `not_leader` unless this node is the
+/// ready leader.
+void call_locally(const std::shared_ptr<cluster_context>& cx,
                   link::request req, std::function<void(link::answer)> done);
 
 /// Hooks of the cluster node into the layers above (run on the Raft

@@ -107,10 +107,10 @@ struct routed_call {
 template <class T>
 void forward(std::shared_ptr<routed_call<T>> c);
 
-// The answer of one attempt, on any thread: a bridge actor (this node's
-// own actors answered), the Raft thread (the leader's answer came on the
-// link) or the caller's (nothing was sent). A final answer completes the
-// call there (`node_service` completions may run on any thread and never
+// The answer of one attempt, on any thread: this node's actor that
+// answered (a bridge actor for membership changes), the Raft thread (the
+// leader's answer came on the link) or the caller's (nothing was sent). A
+// final answer completes the call there (`node_service` completions may run on any thread and never
 // block); a retry waits in a bridge actor.
 template <class T>
 void settle(std::shared_ptr<routed_call<T>> c, link::answer ans) {
@@ -137,20 +137,18 @@ void settle(std::shared_ptr<routed_call<T>> c, link::answer ans) {
   });
 }
 
-// One attempt, from any thread. This node's own actors are asked by a
-// bridge actor; a remote leader directly over the link (no hand-over: the
-// Raft thread sends it and completes the call with the answer).
+// One attempt, from any thread, with no hand-over: this node's own actors
+// are asked from this thread and complete the call on theirs; a remote
+// leader is asked over the link (the Raft thread sends it and completes the
+// call with the answer).
 template <class T>
 void forward(std::shared_ptr<routed_call<T>> c) {
   auto& cr = *c->cr;
   auto status = cr.raft->brief();
   if (status.leader_ready) {
     // The same path as another node's request at this node.
-    cr.bridge->post([c](caf::event_based_actor* self) {
-      cluster::call_locally(self, c->cr->context, c->req,
-                            [c](link::answer ans) {
-                              settle<T>(c, std::move(ans));
-                            });
+    cluster::call_locally(cr.context, c->req, [c](link::answer ans) {
+      settle<T>(c, std::move(ans));
     });
     return;
   }

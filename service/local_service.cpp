@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/atoms.hpp"
+#include "service/caller.hpp"
 
 namespace oncegate::gateway {
 
@@ -12,7 +13,7 @@ namespace {
 class local_service : public node_service {
 public:
   local_service(caf::actor_system& sys, const node& n, service_options opts)
-    : node_(n), opts_(opts), bridge_(sys, opts.actors) {
+    : node_(n), opts_(opts), bridge_(sys, opts.actors), caller_(sys) {
   }
 
   void claim(claim_request req,
@@ -28,24 +29,17 @@ public:
 
   void lookup(std::string route, std::string key,
               std::function<void(reply<lookup_result>)> done) override {
-    bridge_.post([this, route = std::move(route), key = std::move(key),
-                  done = std::move(done)](caf::event_based_actor* self) mutable {
-      auto& shard = node_.shard_for(route, key);
-      ask<lookup_result>(self, shard, caf::infinite, std::move(done),
-                         get_atom::value, std::move(route), std::move(key));
-    });
+    auto& shard = node_.shard_for(route, key);
+    caller_.ask<lookup_result>(shard, std::move(done), get_atom::value,
+                               std::move(route), std::move(key));
   }
 
   void list(std::string route, record_state state, std::string after,
             uint32_t limit,
             std::function<void(reply<record_page>)> done) override {
-    bridge_.post([this, route = std::move(route), state,
-                  after = std::move(after), limit,
-                  done = std::move(done)](caf::event_based_actor* self) mutable {
-      ask<record_page>(self, node_.store, caf::infinite, std::move(done),
-                       list_atom::value, std::move(route), state,
-                       std::move(after), limit);
-    });
+    caller_.ask<record_page>(node_.store, std::move(done), list_atom::value,
+                             std::move(route), state, std::move(after),
+                             limit);
   }
 
   delivery_turn delivery() const override {
@@ -74,20 +68,18 @@ public:
   }
 
 private:
-  // Asks the registry shard of `msg`'s route and key.
+  // Asks the registry shard of `msg`'s route and key, from the caller's
+  // thread; the key actor's answer completes the call on its thread.
   template <class T, class Atom, class Msg>
   void to_shard(Atom atom, Msg msg, std::function<void(reply<T>)> done) {
-    bridge_.post([this, atom, msg = std::move(msg),
-                  done = std::move(done)](caf::event_based_actor* self) mutable {
-      auto& shard = node_.shard_for(msg.route, msg.key);
-      ask<T>(self, shard, caf::infinite, std::move(done), atom,
-             std::move(msg));
-    });
+    auto& shard = node_.shard_for(msg.route, msg.key);
+    caller_.ask<T>(shard, std::move(done), atom, std::move(msg));
   }
 
   node node_;
   service_options opts_;
   actor_bridge bridge_;
+  actor_caller caller_;
 };
 
 } // namespace

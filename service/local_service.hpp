@@ -13,9 +13,10 @@
 
 namespace oncegate::gateway {
 
-/// A thread hands a call over to a bridge actor (never blocking), which
-/// requests the answer from the key's registry shard (or the store) and
-/// calls the completion on its own thread.
+/// A claim, update, lookup or list is sent from the calling thread to the
+/// key's registry shard (or the store) and completed on the thread of the
+/// actor that answered (`actor_caller`, never blocking); metrics, probes and
+/// delivery scans go through a bridge actor.
 std::unique_ptr<node_service>
 make_local_service(caf::actor_system& sys, const node& n,
                    service_options opts);

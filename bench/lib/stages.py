@@ -77,7 +77,7 @@ def table(receiver, files):
               + ["registry.claim@l", "key.claim@l", "store.claim@l",
                  "sink.propose@l", "raft.apply@l", "fsm.apply@l",
                  "sink.done@l", "key.decided@l"]
-              + (["bridge.answer@l", "link.send:6@l", "link.recv:6@r"]
+              + (["local.answer@l", "link.send:6@l", "link.recv:6@r"]
                  if forwarded else [])
               + ["http.done@r", "http.answer@r", "http.written@r"])
     if leader == receiver and not proposers:  # a single node: no Raft
