@@ -110,7 +110,8 @@ node_config::node_config() {
          "cluster node: write the WAL out each time it grew by this many "
          "pages (0: only at checkpoints)")
     .add(store_on_scheduler, "on-scheduler",
-         "run the store actor on CAF's workers instead of its own thread")
+         "run the store actor on CAF's workers instead of its own thread "
+         "(default: on for a cluster node, off for a single node)")
     .add(max_pages, "max-pages",
          "largest database in 4 KiB pages (0: unlimited; 503 beyond)");
   opt_group{custom_options_, "admin"}
@@ -540,6 +541,11 @@ std::string node_config::validate() const {
              "cluster.insecure=true where nobody else can reach the ports";
   }
   return log::check(log_opts());
+}
+
+void node_config::settle_defaults() {
+  if (!caf::get_if<bool>(&content, "store.on-scheduler"))
+    store_on_scheduler = clustered();
 }
 
 node_options node_config::node_opts() const {

@@ -105,6 +105,16 @@ public:
     return cluster_id != 0;
   }
 
+  /// Sets the options whose default depends on other options, unless they
+  /// were given; once parsed, before anything reads them (the check mode
+  /// prints them settled). `store.on-scheduler`: on for a cluster node, off
+  /// for a single node. A single node's store fsyncs every commit, which
+  /// must not block the actors' worker; a cluster node's never waits for
+  /// its disk (the Raft log is the durable copy, written on libraft's
+  /// thread), and a thread of its own cost two thread switches per
+  /// decision there (docs/benchmarks.md, session 17).
+  void settle_defaults();
+
   /// The cluster part of the configuration; nothing (with `error` naming
   /// the key) when a peer does not parse or this node is not among them.
   std::optional<cluster::cluster_options>
@@ -199,6 +209,7 @@ public:
   size_t wal_writeout_pages =
     persistence::store_options{}.wal_writeout_pages;
   size_t max_pages = persistence::store_options{}.max_pages;
+  /// Settled by `settle_defaults`.
   bool store_on_scheduler = false;
 
   // [admin]

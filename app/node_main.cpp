@@ -429,6 +429,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
     std::cerr << "oncegate: bad configuration: " << problem << '\n';
     return 2;
   }
+  cfg.settle_defaults();
   std::string error;
   auto web = cfg.webhook_opts(process_env, error);
   if (!web) {
@@ -593,9 +594,12 @@ int run_node(int argc, char** argv, const run_options& ro) {
         log::gateway()->info("http.tls certificate={} serial={} not_after={}",
                              hopts.tls->files().certificate,
                              hopts.tls->serial(), hopts.tls->not_after());
-      log::gateway()->info("node.ready http={}:{} tls={} data_dir={}",
+      log::gateway()->info("node.ready http={}:{} tls={} data_dir={} "
+                           "store={}",
                            cfg.http_host, server->port(),
-                           server->tls() ? "on" : "off", cfg.data_dir);
+                           server->tls() ? "on" : "off", cfg.data_dir,
+                           cfg.store_on_scheduler ? "scheduler"
+                                                  : "own-thread");
       // One machine-readable line on stdout for scripts and tests.
       std::cout << "oncegate ready http=" << cfg.http_host << ':'
                 << server->port() << std::endl;

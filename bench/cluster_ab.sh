@@ -69,7 +69,10 @@ loaded() {
 
 for r in $(seq "$ROUNDS"); do
   for BIN in "$@"; do
-    tag=$(basename "$(dirname "$(dirname "$(dirname "$BIN")")")")
+    # A build's binary (DIR/build/tools/oncegate) is named by DIR, any
+    # other file by its own name.
+    tag=$(basename "$BIN")
+    [ "$tag" = oncegate ] && tag=$(basename "$(dirname "$(dirname "$(dirname "$BIN")")")")
     rm -rf "$D"/n* "$D/tls"
     start_node "$BIN" 1
     load "$PORT" 1 1

@@ -247,6 +247,24 @@ class ConfigTest(unittest.TestCase):
                              capture_output=True, timeout=30)
         return out.returncode, (out.stdout + out.stderr).decode()
 
+    def test_the_store_runs_on_the_scheduler_by_default_only_in_a_cluster(self):
+        # A single node's store fsyncs each commit: its own thread. A
+        # cluster node's never waits for its disk: the actors' worker.
+        # Given explicitly (flag or file), the setting wins either way.
+        cluster = ('[cluster]\nid=1\ninsecure=true\n'
+                   'peers=["1=127.0.0.1:7101"]\n')
+        for ini, args, expected in (
+                ("", (), "false"),
+                ("", ("--store.on-scheduler",), "true"),
+                ("[store]\non-scheduler=true\n", (), "true"),
+                (cluster, (), "true"),
+                (cluster + "[store]\non-scheduler=false\n", (), "false"),
+                (cluster + "[store]\non-scheduler=true\n", (), "true")):
+            code, out = self.check(ini, *args)
+            self.assertEqual(code, 0, ini + out)
+            self.assertIn("store.on-scheduler=" + expected + "\n", out,
+                          ini + " " + " ".join(args))
+
     def test_check_config_prints_the_effective_config_with_secrets_masked(self):
         code, out = self.check(
             '[keys]\nttl=72h\n[admin]\ntoken="hunter2-admin"\n'
