@@ -110,8 +110,8 @@ void forward(std::shared_ptr<routed_call<T>> c);
 // The answer of one attempt, on any thread: this node's actor that
 // answered (a bridge actor for membership changes), the Raft thread (the
 // leader's answer came on the link) or the caller's (nothing was sent). A
-// final answer completes the call there (`node_service` completions may run on any thread and never
-// block); a retry waits in a bridge actor.
+// final answer completes the call there (`node_service` completions may
+// run on any thread and never block); a retry waits in a bridge actor.
 template <class T>
 void settle(std::shared_ptr<routed_call<T>> c, link::answer ans) {
   auto& cr = *c->cr;

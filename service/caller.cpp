@@ -1,5 +1,6 @@
 #include "service/caller.hpp"
 
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <unordered_map>

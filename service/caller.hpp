@@ -4,8 +4,7 @@
 // of the actor that answered. Knows nothing of clusters (routing/ does).
 #pragma once
 
-#include <atomic>
-#include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <type_traits>
