@@ -9,7 +9,8 @@
 # after the other on one connection to the node named, stops the nodes
 # (each writes its trace at exit) and prints bench/lib/stages.py's table.
 # STAGES_WRK_SECONDS=S: the load is wrk -t1 -c1 for S seconds instead (the
-# harness's client; needs wrk). Everything it starts is stopped on exit;
+# harness's client; needs wrk). CLUSTER_INSECURE=1: the cluster speaks
+# plain text between its nodes (cluster.insecure). Everything it starts is stopped on exit;
 # every wait is bounded.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

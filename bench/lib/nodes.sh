@@ -36,22 +36,30 @@ start_node() {
 #                                then waits (30 s at most) for a ready
 #                                leader. Sets HTTP[1..3] (HTTP ports), LPORT
 #                                and LID (the leader's port and id).
+#                                CLUSTER_INSECURE=1: plain text between the
+#                                nodes (cluster.insecure), no certificates.
 start_cluster() {
-  local starter=$1 i out
+  local starter=$1 i out tls=()
   shift
   mapfile -t P < <(python3 "$LIB/benchlib.py" freeport 3)
-  "$ROOT/scripts/cluster-certs.sh" "$D/tls" 1 2 3 >/dev/null
+  [ "${CLUSTER_INSECURE:-0}" = 1 ] \
+    || "$ROOT/scripts/cluster-certs.sh" "$D/tls" 1 2 3 >/dev/null
   {
     echo '[cluster]'
     echo "peers=[\"1=127.0.0.1:${P[0]}\",\"2=127.0.0.1:${P[1]}\",\"3=127.0.0.1:${P[2]}\"]"
-    echo "tls-ca=\"$D/tls/ca.pem\""
+    if [ "${CLUSTER_INSECURE:-0}" = 1 ]; then
+      echo 'insecure=true'
+    else
+      echo "tls-ca=\"$D/tls/ca.pem\""
+    fi
     for line in "$@"; do echo "$line"; done
   } >"$D/cluster.ini"
   declare -gA HTTP
   for i in 1 2 3; do
-    "$starter" "$i" --config-file="$D/cluster.ini" --cluster.id="$i" \
-      --cluster.tls-certificate="$D/tls/node-$i.pem" \
-      --cluster.tls-key="$D/tls/node-$i.key"
+    [ "${CLUSTER_INSECURE:-0}" = 1 ] \
+      || tls=(--cluster.tls-certificate="$D/tls/node-$i.pem"
+              --cluster.tls-key="$D/tls/node-$i.key")
+    "$starter" "$i" --config-file="$D/cluster.ini" --cluster.id="$i" "${tls[@]}"
     HTTP[$i]=$PORT
   done
   out=$(python3 "$LIB/benchlib.py" cluster-wait 30 "${HTTP[1]}" "${HTTP[2]}" "${HTTP[3]}") \
