@@ -112,6 +112,8 @@ std::string encode_hello(const hello& x) {
   w.u16(x.max_version);
   w.u64(x.node_id);
   w.str(x.address);
+  if (x.groups != 1)
+    w.u16(x.groups);
   return w.take();
 }
 
@@ -124,6 +126,10 @@ bool decode_hello(std::string_view in, hello& out, std::string& why) {
             && (x.min_version <= x.max_version
                 || r.fail("empty version range"))
             && r.u64(x.node_id) && read_address(r, x.address);
+  if (ok && r.remaining() == 2) // else: trailing bytes (below)
+    ok = r.u16(x.groups)
+         && ((x.groups >= 2 && x.groups <= max_groups)
+             || r.fail("group count"));
   if (!finish(r, ok, why))
     return false;
   out = std::move(x);

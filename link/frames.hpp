@@ -4,8 +4,8 @@
 //
 //   u32 payload length | u8 type | u8 0 | u16 group | u64 id   (little-endian)
 //
-// `group` is the Raft group a frame belongs to (0 until the cluster has
-// partitions); `id` is a Raft stream's id for the raft_* types and a
+// `group` is the Raft group (partition) a frame belongs to, below the
+// count both hellos said; `id` is a Raft stream's id for the raft_* types and a
 // request's id for `request` and `answer`. Payloads are encoded with the
 // command codec's primitives (persistence/codec.hpp): integers
 // little-endian of their type's width, strings as a u32 length and bytes.
@@ -84,6 +84,9 @@ header_error decode_header(const char* in, uint32_t max_payload,
 /// The longest Raft address a hello may carry (and an `add` request).
 constexpr std::size_t max_address = 512;
 
+/// The most Raft groups (partitions) a cluster may have.
+constexpr uint16_t max_groups = 256;
+
 /// What each side says first.
 struct hello {
   uint16_t min_version = link::min_version;
@@ -92,12 +95,19 @@ struct hello {
   /// against its certificate and the member list.
   uint64_t node_id = 0;
   std::string address;
+  /// The Raft groups of the sender's cluster (`cluster.partitions`); both
+  /// sides must say the same. One is not written: the hello of a cluster
+  /// without partitions is the first build's, byte for byte; more follow
+  /// the address as a u16 (a build before partitions refuses that hello
+  /// for its trailing bytes, which is right: it runs one group).
+  uint16_t groups = 1;
 };
 
 std::string encode_hello(const hello& x);
 
 /// Fails (with `why`) on a wrong magic word, truncation, trailing bytes,
-/// an empty range (min > max) or an address empty or over `max_address`.
+/// an empty range (min > max), an address empty or over `max_address`, or
+/// a written group count outside 2..`max_groups`.
 bool decode_hello(std::string_view in, hello& out, std::string& why);
 
 /// The version both sides speak: the highest in both ranges; 0: none.

@@ -174,6 +174,7 @@ void connection::send_hello() {
   hello h;
   h.node_id = owner->id;
   h.address = owner->address;
+  h.groups = owner->opts.groups;
   send_frame(frame_type::hello, 0, encode_hello(h));
 }
 
@@ -185,6 +186,7 @@ void connection::on_hello(std::string_view payload) {
     return;
   }
   hello mine;
+  mine.groups = owner->opts.groups;
   version = common_version(mine, h);
   if (version == 0) {
     refuse(verdict::refused_hello,
@@ -203,9 +205,18 @@ void connection::on_hello(std::string_view payload) {
   }
   if (!outbound) {
     peer_address = h.address;
-    send_hello();
+    send_hello(); // a count that differs is then refused on both sides
     if (state != conn_state::hello)
       return;
+  }
+  if (h.groups != mine.groups) {
+    refuse(verdict::refused_hello,
+           "node " + std::to_string(peer_id) + " runs "
+             + std::to_string(h.groups) + " partitions, this node "
+             + std::to_string(mine.groups)
+             + ": a cluster's partition count is fixed when it is created "
+               "(docs/cluster.md, \"Partitions\")");
+    return;
   }
   opened();
 }

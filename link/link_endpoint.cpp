@@ -296,9 +296,10 @@ void endpoint::link_opened(connection* c) {
       ready.push_back(ptr);
   for (auto w : ready) {
     std::string why;
-    auto s = c->open_stream(why);
+    auto s = c->open_stream(w->port->group, why);
     if (s == nullptr)
-      set_errmsg(iface, "stream to " + std::to_string(w->peer) + ": " + why);
+      set_errmsg(w->port->iface,
+                 "stream to " + std::to_string(w->peer) + ": " + why);
     finish_wait(w, s, s != nullptr ? 0 : RAFT_NOCONNECTION);
   }
 }
@@ -333,7 +334,7 @@ void endpoint::finish_wait(connect_wait* w, uv_stream_t* s, int status) {
     auto self = w->owner;
     auto owned = std::move(self->waits[w]);
     self->waits.erase(w);
-    if (self->closing && w->result != nullptr) {
+    if (w->port->closing && w->result != nullptr) {
       // libraft closed the transport after the stream was made: it is
       // cancelled, as libraft's own transport cancels a pending connect,
       // and never handed over.
@@ -355,14 +356,57 @@ void endpoint::flush_all() {
       i->second->flush_out();
 }
 
+void endpoint::close_group(group_port* p) {
+  std::vector<connect_wait*> mine;
+  for (auto& [ptr, w] : waits)
+    if (w->port == p)
+      mine.push_back(ptr);
+  for (auto w : mine)
+    finish_wait(w, nullptr, RAFT_CANCELED);
+  for (auto& [serial, c] : conns) {
+    std::vector<stream*> gone;
+    for (auto& [id, st] : c->streams)
+      if (st->group == p->group)
+        gone.push_back(st.get());
+    for (auto st : gone)
+      c->close_stream(st, true);
+  }
+}
+
+bool endpoint::all_closed() const {
+  return !listener_open && !flusher_open && conns.empty() && waits.empty()
+         && dialers.empty();
+}
+
+raft_uv_transport* endpoint::iface_of(uint16_t g) const {
+  if (g < ports.size() && ports[g])
+    return ports[g]->iface;
+  for (auto& p : ports)
+    if (p)
+      return p->iface;
+  return nullptr;
+}
+
+// A group that closes alone is done when libraft has heard of its connects
+// (its streams' ends are libraft's own to close); the last group when
+// everything is.
 void endpoint::maybe_fire_close() {
-  if (!closing || listener_open || flusher_open || !conns.empty()
-      || !waits.empty()
-      || !dialers.empty() || close_cb == nullptr)
-    return;
-  auto cb = close_cb;
-  close_cb = nullptr;
-  cb(iface);
+  std::vector<std::pair<raft_uv_transport_close_cb, raft_uv_transport*>> due;
+  for (auto& p : ports) {
+    if (!p || !p->closing || p->close_cb == nullptr)
+      continue;
+    if (closing ? !all_closed()
+                : std::any_of(waits.begin(), waits.end(), [&](auto& w) {
+                    return w.second->port == p.get();
+                  }))
+      continue;
+    due.emplace_back(p->close_cb, p->iface);
+    p->close_cb = nullptr;
+  }
+  // A callback may free its transport and, with the last, this endpoint:
+  // nothing of `this` is touched after the first.
+  for (auto& [cb, iface] : due)
+    cb(iface);
 }
 
 } // namespace detail
@@ -371,12 +415,33 @@ namespace {
 
 using namespace detail;
 
+group_port& port_of(raft_uv_transport* t) {
+  return *static_cast<group_port*>(t->impl);
+}
+
 endpoint& self_of(raft_uv_transport* t) {
-  return *static_cast<endpoint*>(t->impl);
+  return *port_of(t).owner;
 }
 
 int iface_init(raft_uv_transport* t, raft_id id, const char* address) {
-  auto& x = self_of(t);
+  auto& p = port_of(t);
+  auto& x = *p.owner;
+  if (p.group != 0) {
+    // Every group is the same node at the same address: group 0's.
+    if (!x.ports[0] || !x.ports[0]->initialised) {
+      set_errmsg(t, "group 0's transport must be initialised first");
+      return RAFT_INVALID;
+    }
+    if (id != x.id || x.address != address) {
+      set_errmsg(t, "group " + std::to_string(p.group) + " is node "
+                      + std::to_string(id) + " at " + address
+                      + ", group 0 node " + std::to_string(x.id) + " at "
+                      + x.address);
+      return RAFT_INVALID;
+    }
+    p.initialised = true;
+    return 0;
+  }
   if (x.ctx != nullptr) {
     auto own = SSL_CTX_get0_certificate(x.ctx);
     if (!tls::names_node(own, id)) {
@@ -396,12 +461,15 @@ int iface_init(raft_uv_transport* t, raft_id id, const char* address) {
   uv_prepare_start(&x.flusher, [](uv_prepare_t* h) {
     static_cast<endpoint*>(h->data)->flush_all();
   });
+  p.initialised = true;
   return 0;
 }
 
 int iface_listen(raft_uv_transport* t, raft_uv_accept_cb cb) {
   auto& x = self_of(t);
-  x.accept_cb = cb;
+  port_of(t).accept_cb = cb;
+  if (port_of(t).group != 0)
+    return 0; // group 0's listener and links carry every group
   const auto& where = x.opts.bind_address.empty() ? x.address
                                                   : x.opts.bind_address;
   std::string host, port;
@@ -446,7 +514,7 @@ int iface_listen(raft_uv_transport* t, raft_uv_accept_cb cb) {
 int iface_connect(raft_uv_transport* t, raft_uv_connect* req, raft_id id,
                   const char* address, raft_uv_connect_cb cb) {
   auto& x = self_of(t);
-  if (x.closing)
+  if (x.closing || port_of(t).closing)
     return RAFT_CANCELED;
   auto i = x.opts.peers.find(id);
   if (i == x.opts.peers.end()) {
@@ -460,6 +528,7 @@ int iface_connect(raft_uv_transport* t, raft_uv_connect* req, raft_id id,
   }
   auto w = std::make_unique<connect_wait>();
   w->owner = &x;
+  w->port = &port_of(t);
   w->req = req;
   w->cb = cb;
   req->cb = cb;
@@ -479,15 +548,16 @@ int iface_connect(raft_uv_transport* t, raft_uv_connect* req, raft_id id,
       auto x = w->owner;
       auto l = x->links.find(w->peer);
       if (l == x->links.end()) {
-        set_errmsg(x->iface, "no link to node " + std::to_string(w->peer)
-                               + " within the handshake timeout");
+        set_errmsg(w->port->iface, "no link to node "
+                                     + std::to_string(w->peer)
+                                     + " within the handshake timeout");
         x->finish_wait(w, nullptr, RAFT_NOCONNECTION);
         return;
       }
       std::string why;
-      auto s = l->second->open_stream(why);
+      auto s = l->second->open_stream(w->port->group, why);
       if (s == nullptr)
-        set_errmsg(x->iface,
+        set_errmsg(w->port->iface,
                    "stream to " + std::to_string(w->peer) + ": " + why);
       x->finish_wait(w, s, s != nullptr ? 0 : RAFT_NOCONNECTION);
     },
@@ -499,9 +569,17 @@ int iface_connect(raft_uv_transport* t, raft_uv_connect* req, raft_id id,
 }
 
 void iface_close(raft_uv_transport* t, raft_uv_transport_close_cb cb) {
-  auto& x = self_of(t);
+  auto& p = port_of(t);
+  auto& x = *p.owner;
+  p.closing = true;
+  p.close_cb = cb;
+  if (std::any_of(x.ports.begin(), x.ports.end(),
+                  [](auto& q) { return q && !q->closing; })) {
+    x.close_group(&p);
+    x.maybe_fire_close();
+    return;
+  }
   x.closing = true;
-  x.close_cb = cb;
   if (x.listener_open
       && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&x.listener)))
     uv_close(reinterpret_cast<uv_handle_t*>(&x.listener), [](uv_handle_t* h) {
@@ -552,6 +630,18 @@ bool check_peers(const std::map<uint64_t, std::string>& peers,
   return true;
 }
 
+void wire(raft_uv_transport* t, group_port* p) {
+  auto data = t->data;
+  std::memset(t, 0, sizeof(*t));
+  t->data = data;
+  p->iface = t;
+  t->impl = p;
+  t->init = iface_init;
+  t->listen = iface_listen;
+  t->connect = iface_connect;
+  t->close = iface_close;
+}
+
 } // namespace
 
 int init(raft_uv_transport* t, uv_loop_t* loop, const options& opts,
@@ -570,6 +660,10 @@ int init(raft_uv_transport* t, uv_loop_t* loop, const options& opts,
   }
   if (!check_peers(opts.peers, error))
     return RAFT_INVALID;
+  if (opts.groups == 0 || opts.groups > max_groups) {
+    error = "groups must be 1.." + std::to_string(max_groups);
+    return RAFT_INVALID;
+  }
   if (std::string host, port;
       !opts.bind_address.empty()
       && !split_host_port(opts.bind_address, host, port)) {
@@ -584,15 +678,33 @@ int init(raft_uv_transport* t, uv_loop_t* loop, const options& opts,
   }
   x->loop = loop;
   x->opts = opts;
-  auto data = t->data;
-  std::memset(t, 0, sizeof(*t));
-  t->data = data;
-  x->iface = t;
-  t->impl = x.release();
-  t->init = iface_init;
-  t->listen = iface_listen;
-  t->connect = iface_connect;
-  t->close = iface_close;
+  x->ports.resize(opts.groups);
+  auto first = std::make_unique<group_port>();
+  first->owner = x.get();
+  x->ports[0] = std::move(first);
+  wire(t, x->ports[0].get());
+  x.release(); // owned through its ports: freed with the last (`close`)
+  return 0;
+}
+
+int init_group(raft_uv_transport* t, raft_uv_transport* first,
+               uint16_t group, std::string& error) {
+  if (first == nullptr || first->impl == nullptr) {
+    error = "group 0's transport is not initialised";
+    return RAFT_INVALID;
+  }
+  auto& x = self_of(first);
+  if (group == 0 || group >= x.ports.size() || x.ports[group]) {
+    error = "group " + std::to_string(group) + " is not one of 1.."
+            + std::to_string(x.ports.size() - 1)
+            + " without a transport";
+    return RAFT_INVALID;
+  }
+  auto p = std::make_unique<group_port>();
+  p->owner = &x;
+  p->group = group;
+  x.ports[group] = std::move(p);
+  wire(t, x.ports[group].get());
   return 0;
 }
 
@@ -616,7 +728,7 @@ void ask(raft_uv_transport* t, uint64_t peer, request req,
          std::chrono::milliseconds timeout, answer_fn done) {
   auto& x = self_of(t);
   auto i = x.links.find(peer);
-  if (x.closing || i == x.links.end()) {
+  if (x.closing || port_of(t).closing || i == x.links.end()) {
     ++x.requests_failed;
     answer res;
     res.kind = req.kind;
@@ -625,7 +737,7 @@ void ask(raft_uv_transport* t, uint64_t peer, request req,
     done(std::move(res));
     return;
   }
-  i->second->ask(std::move(req), timeout, std::move(done));
+  i->second->ask(std::move(req), port_of(t).group, timeout, std::move(done));
 }
 
 void reply(raft_uv_transport* t, const served& to, answer ans) {
@@ -633,7 +745,7 @@ void reply(raft_uv_transport* t, const served& to, answer ans) {
   auto i = x.conns.find(to.connection);
   if (i == x.conns.end() || i->second->state != conn_state::open)
     return; // the link closed: its asker failed the request already
-  i->second->reply(to.id, ans);
+  i->second->reply(to.id, to.group, ans);
 }
 
 bool connected(raft_uv_transport* t, uint64_t peer) {
@@ -643,10 +755,19 @@ bool connected(raft_uv_transport* t, uint64_t peer) {
 void close(raft_uv_transport* t) {
   if (t->impl == nullptr)
     return;
-  auto x = static_cast<endpoint*>(t->impl);
-  if (x->listener_open || x->flusher_open || !x->conns.empty()
-      || !x->waits.empty()
-      || !x->dialers.empty()) {
+  auto& p = port_of(t);
+  auto x = p.owner;
+  if (std::any_of(x->ports.begin(), x->ports.end(), [&](auto& q) {
+        return q && q.get() != &p && !q->freed;
+      })) {
+    // Other groups still use the endpoint: this transport is done with.
+    if (!p.closing && p.initialised)
+      log::cluster()->error("link.close_while_open group={}", p.group);
+    p.freed = true;
+    t->impl = nullptr;
+    return;
+  }
+  if (!x->all_closed()) {
     // libuv still points into it: leaking beats a use after free.
     log::cluster()->error("link.close_while_open connections={}",
                           x->conns.size());

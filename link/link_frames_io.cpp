@@ -169,47 +169,34 @@ void connection::take_frames() {
 
 void connection::on_frame(const frame_header& h, std::string_view payload) {
   stage_trace::mark("link.recv", uint64_t(h.type) * 1000000 + payload.size());
-  if (h.group != 0) {
+  if (h.group >= owner->opts.groups) {
+    // Both hellos said the same count: a member that sends beyond it is
+    // broken, and nothing of it is applied.
     refuse(verdict::refused_frame,
-           "unknown group " + std::to_string(h.group));
+           "a frame of group " + std::to_string(h.group) + ", the cluster has "
+             + std::to_string(owner->opts.groups));
     return;
   }
   switch (h.type) {
     case frame_type::hello:
       refuse(verdict::refused_frame, "a second hello");
       return;
-    case frame_type::raft_open: {
-      if (owner->closing)
-        return; // libraft closes its transport: it takes no stream
-      // The peer's ids have the other parity than ours.
-      auto theirs_parity = outbound ? 0u : 1u;
-      if (!payload.empty() || h.id == 0 || (h.id & 1) != theirs_parity
-          || streams.count(h.id) != 0) {
-        refuse(verdict::refused_frame,
-               "raft_open of stream " + std::to_string(h.id)
-                 + " (wrong parity, reused or with a payload)");
-        return;
-      }
-      uv_pipe_t* theirs = nullptr;
-      std::string why;
-      auto s = add_stream(h.id, theirs, why);
-      if (s == nullptr) {
-        log::cluster()->warn("link.stream_failed conn={} peer={} reason={}",
-                             serial, peer_id, why);
-        std::string none;
-        send_frame(frame_type::raft_close, h.id, none);
-        return;
-      }
-      owner->accept_cb(owner->iface, peer_id, peer_address.c_str(),
-                       reinterpret_cast<uv_stream_t*>(theirs));
+    case frame_type::raft_open:
+      on_raft_open(h, payload);
       return;
-    }
     case frame_type::raft_data: {
       auto i = streams.find(h.id);
       // Data racing our close of the stream is dropped.
       if (i == streams.end() || i->second->closing || payload.empty())
         return;
       auto s = i->second.get();
+      if (s->group != h.group) {
+        refuse(verdict::refused_frame,
+               "data of group " + std::to_string(h.group) + " on stream "
+                 + std::to_string(h.id) + " of group "
+                 + std::to_string(s->group));
+        return;
+      }
       auto w = std::make_unique<write_req>();
       w->to = s;
       w->len = payload.size();
@@ -220,27 +207,61 @@ void connection::on_frame(const frame_header& h, std::string_view payload) {
     }
     case frame_type::raft_close: {
       auto i = streams.find(h.id);
-      if (i != streams.end() && !i->second->closing)
+      if (i != streams.end() && !i->second->closing
+          && i->second->group == h.group)
         close_stream(i->second.get(), false);
       return;
     }
     case frame_type::request:
-      on_request(h.id, payload);
+      on_request(h.id, h.group, payload);
       return;
     case frame_type::answer:
-      on_answer(h.id, payload);
+      on_answer(h.id, h.group, payload);
       return;
   }
 }
 
+void connection::on_raft_open(const frame_header& h,
+                              std::string_view payload) {
+  // The peer's ids have the other parity than ours.
+  auto theirs_parity = outbound ? 0u : 1u;
+  if (!payload.empty() || h.id == 0 || (h.id & 1) != theirs_parity
+      || streams.count(h.id) != 0) {
+    refuse(verdict::refused_frame,
+           "raft_open of stream " + std::to_string(h.id)
+             + " (wrong parity, reused or with a payload)");
+    return;
+  }
+  std::string none;
+  auto& port = owner->ports[h.group];
+  if (owner->closing || !port || port->closing || port->accept_cb == nullptr) {
+    // This group's libraft is not listening (yet, or any more): the
+    // peer's libraft sees its stream closed and connects again later.
+    send_frame(frame_type::raft_close, h.id, none, h.group);
+    return;
+  }
+  uv_pipe_t* theirs = nullptr;
+  std::string why;
+  auto s = add_stream(h.id, h.group, theirs, why);
+  if (s == nullptr) {
+    log::cluster()->warn("link.stream_failed conn={} peer={} reason={}",
+                         serial, peer_id, why);
+    send_frame(frame_type::raft_close, h.id, none, h.group);
+    return;
+  }
+  port->accept_cb(port->iface, peer_id, peer_address.c_str(),
+                  reinterpret_cast<uv_stream_t*>(theirs));
+}
+
 bool connection::send_frame(frame_type type, uint64_t id,
-                            std::string_view payload) {
+                            std::string_view payload, uint16_t group) {
   if (state == conn_state::closing)
     return false;
   stage_trace::mark("link.send", uint64_t(type) * 1000000 + payload.size());
   frame_header h;
   h.length = static_cast<uint32_t>(payload.size());
   h.type = type;
+  h.group = group;
   h.id = id;
   ++owner->frames_sent;
   if (out.empty())
@@ -399,8 +420,8 @@ void connection::check_backpressure() {
 
 // -- Raft streams ---------------------------------------------------------------
 
-stream* connection::add_stream(uint64_t id, uv_pipe_t*& theirs,
-                               std::string& why) {
+stream* connection::add_stream(uint64_t id, uint16_t group,
+                               uv_pipe_t*& theirs, std::string& why) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     why = std::string{"socketpair: "} + std::strerror(errno);
@@ -429,6 +450,7 @@ stream* connection::add_stream(uint64_t id, uv_pipe_t*& theirs,
   auto s = std::make_unique<stream>();
   s->conn = this;
   s->id = id;
+  s->group = group;
   uv_pipe_init(owner->loop, &s->pipe, 0);
   s->pipe.data = s.get();
   ++open_handles;
@@ -456,7 +478,7 @@ stream* connection::add_stream(uint64_t id, uv_pipe_t*& theirs,
   return ptr;
 }
 
-uv_stream_t* connection::open_stream(std::string& why) {
+uv_stream_t* connection::open_stream(uint16_t group, std::string& why) {
   if (state != conn_state::open) {
     why = "the link is not open";
     return nullptr;
@@ -464,11 +486,11 @@ uv_stream_t* connection::open_stream(std::string& why) {
   auto id = next_stream;
   next_stream += 2;
   uv_pipe_t* theirs = nullptr;
-  auto s = add_stream(id, theirs, why);
+  auto s = add_stream(id, group, theirs, why);
   if (s == nullptr)
     return nullptr;
   std::string none;
-  if (!send_frame(frame_type::raft_open, id, none)) {
+  if (!send_frame(frame_type::raft_open, id, none, group)) {
     // The link closed: libraft never sees the stream.
     uv_close(reinterpret_cast<uv_handle_t*>(theirs),
              [](uv_handle_t* h) { raft_free(h); });
@@ -499,7 +521,8 @@ void connection::on_stream_data(stream* s, ssize_t nread) {
     return;
   }
   send_frame(frame_type::raft_data, s->id,
-             std::string_view{s->buf.get(), static_cast<size_t>(nread)});
+             std::string_view{s->buf.get(), static_cast<size_t>(nread)},
+             s->group);
 }
 
 void connection::close_stream(stream* s, bool tell_peer) {
@@ -508,7 +531,7 @@ void connection::close_stream(stream* s, bool tell_peer) {
   s->closing = true;
   if (tell_peer && state == conn_state::open) {
     std::string none;
-    send_frame(frame_type::raft_close, s->id, none);
+    send_frame(frame_type::raft_close, s->id, none, s->group);
   }
   --owner->open_streams;
   uv_close(reinterpret_cast<uv_handle_t*>(&s->pipe), [](uv_handle_t* h) {
@@ -521,11 +544,11 @@ void connection::close_stream(stream* s, bool tell_peer) {
 
 // -- requests -------------------------------------------------------------------
 
-void connection::ask(request&& req, std::chrono::milliseconds timeout,
-                     answer_fn done) {
+void connection::ask(request&& req, uint16_t group,
+                     std::chrono::milliseconds timeout, answer_fn done) {
   auto id = next_ask++;
   auto kind = req.kind;
-  if (!send_frame(frame_type::request, id, encode_request(req))) {
+  if (!send_frame(frame_type::request, id, encode_request(req), group)) {
     // The link closed while writing: nothing was pending yet.
     ++owner->requests_failed;
     answer res;
@@ -538,7 +561,7 @@ void connection::ask(request&& req, std::chrono::milliseconds timeout,
   }
   ++owner->requests_sent;
   auto where = deadlines.emplace(clock_type::now() + timeout, id);
-  asks.emplace(id, pending{kind, std::move(done), where});
+  asks.emplace(id, pending{kind, group, std::move(done), where});
   if (deadlines.begin() == where)
     arm_timer();
 }
@@ -592,7 +615,8 @@ void connection::fail_asks(errc code, const std::string& why) {
   }
 }
 
-void connection::on_request(uint64_t id, std::string_view payload) {
+void connection::on_request(uint64_t id, uint16_t group,
+                            std::string_view payload) {
   request req;
   std::string why;
   if (!decode_request(payload, req, why)) {
@@ -610,7 +634,7 @@ void connection::on_request(uint64_t id, std::string_view payload) {
     ans.kind = req.kind;
     ans.error = code;
     ans.detail = std::move(detail);
-    send_frame(frame_type::answer, id, encode_answer(ans));
+    send_frame(frame_type::answer, id, encode_answer(ans), group);
   };
   if (!owner->server) {
     refuse_overloaded(errc::not_leader, "this node serves no requests");
@@ -627,24 +651,31 @@ void connection::on_request(uint64_t id, std::string_view payload) {
   serving.emplace(id, payload.size());
   serving_bytes += payload.size();
   ++owner->requests_served;
-  owner->server(served{peer_id, serial, id}, std::move(req));
+  owner->server(served{peer_id, serial, id, group}, std::move(req));
 }
 
-void connection::reply(uint64_t id, const answer& ans) {
+void connection::reply(uint64_t id, uint16_t group, const answer& ans) {
   auto i = serving.find(id);
   if (i == serving.end())
     return; // answered already
   serving_bytes -= i->second;
   serving.erase(i);
-  send_frame(frame_type::answer, id, encode_answer(ans));
+  send_frame(frame_type::answer, id, encode_answer(ans), group);
 }
 
-void connection::on_answer(uint64_t id, std::string_view payload) {
+void connection::on_answer(uint64_t id, uint16_t group,
+                           std::string_view payload) {
   auto i = asks.find(id);
   if (i == asks.end()) {
     // Its request timed out (or was never sent: counted alike; it changes
     // nothing).
     ++owner->late_answers;
+    return;
+  }
+  if (group != i->second.group) {
+    refuse(verdict::refused_frame,
+           "an answer of group " + std::to_string(group) + " to a request of "
+             + std::to_string(i->second.group));
     return;
   }
   answer ans;

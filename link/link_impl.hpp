@@ -17,7 +17,14 @@
 // A Raft stream is a socketpair: libraft holds one end (a uv_pipe_t, as its
 // own transport hands it a uv_tcp_t), the link the other; what libraft
 // writes becomes raft_data frames, and raft_data frames are written to it.
-// Streams opened by the dialling side have odd ids, the other side's even.
+// Streams opened by the dialling side have odd ids, the other side's even,
+// whatever their group: an id names one stream of one group on a link.
+//
+// Groups: each Raft group (partition) has its transport, a `group_port` of
+// the one endpoint. A group's streams, connects and requests are its own;
+// closing a group's transport closes its streams and cancels its connects,
+// and the links, the listener and the dialling stay until the last group
+// closed.
 //
 // Frames are coalesced: those a connection sends in one turn of the loop
 // go out as one TLS write and one socket write, before the loop waits
@@ -149,6 +156,7 @@ struct resolver {
 struct stream {
   connection* conn = nullptr;
   uint64_t id = 0;
+  uint16_t group = 0;
   uv_pipe_t pipe;
   bool reading = false;
   bool closing = false;
@@ -159,14 +167,18 @@ struct stream {
 // A request this side sent and waits for.
 struct pending {
   op kind = op::claim;
+  uint16_t group = 0;
   answer_fn done;
   /// Its entry in `connection::deadlines`.
   std::multimap<clock_type::time_point, uint64_t>::iterator deadline;
 };
 
+struct group_port;
+
 // A libraft `connect` waiting for the link to its node.
 struct connect_wait {
   endpoint* owner = nullptr;
+  group_port* port = nullptr; // the group whose libraft asked
   raft_uv_connect* req = nullptr;
   raft_uv_connect_cb cb = nullptr;
   uint64_t peer = 0;
@@ -264,7 +276,9 @@ struct connection {
   void pump_tls();
   void take_frames();
   void on_frame(const frame_header& h, std::string_view payload);
-  bool send_frame(frame_type type, uint64_t id, std::string_view payload);
+  void on_raft_open(const frame_header& h, std::string_view payload);
+  bool send_frame(frame_type type, uint64_t id, std::string_view payload,
+                  uint16_t group = 0);
   /// Writes the frames of `out` (through TLS): false if that closed the
   /// connection.
   bool flush_out();
@@ -275,24 +289,39 @@ struct connection {
   void check_backpressure();
 
   // Raft streams.
-  uv_stream_t* open_stream(std::string& why);
-  stream* add_stream(uint64_t id, uv_pipe_t*& theirs, std::string& why);
+  uv_stream_t* open_stream(uint16_t group, std::string& why);
+  stream* add_stream(uint64_t id, uint16_t group, uv_pipe_t*& theirs,
+                     std::string& why);
   void on_stream_data(stream* s, ssize_t nread);
   bool start_reading_stream(stream* s);
   void close_stream(stream* s, bool tell_peer);
 
   // Requests.
-  void ask(request&& req, std::chrono::milliseconds timeout, answer_fn done);
-  void on_request(uint64_t id, std::string_view payload);
-  void on_answer(uint64_t id, std::string_view payload);
-  void reply(uint64_t id, const answer& ans);
+  void ask(request&& req, uint16_t group, std::chrono::milliseconds timeout,
+           answer_fn done);
+  void on_request(uint64_t id, uint16_t group, std::string_view payload);
+  void on_answer(uint64_t id, uint16_t group, std::string_view payload);
+  void reply(uint64_t id, uint16_t group, const answer& ans);
   void expire_asks();
   void arm_timer();
   void fail_asks(errc code, const std::string& why);
 };
 
-struct endpoint {
+// One Raft group's transport: what `raft_uv_transport::impl` points to.
+struct group_port {
+  endpoint* owner = nullptr;
+  uint16_t group = 0;
   raft_uv_transport* iface = nullptr;
+  bool initialised = false; // libraft called its `init`
+  raft_uv_accept_cb accept_cb = nullptr;
+  bool closing = false; // libraft called its `close`
+  raft_uv_transport_close_cb close_cb = nullptr;
+  bool freed = false; // link::close ran
+};
+
+struct endpoint {
+  /// By group; null where no transport was made for a group (yet).
+  std::vector<std::unique_ptr<group_port>> ports;
   uv_loop_t* loop = nullptr;
   SSL_CTX* ctx = nullptr; // null without TLS
   options opts;
@@ -302,7 +331,6 @@ struct endpoint {
   std::string address;
   uv_tcp_t listener;
   bool listener_open = false;
-  raft_uv_accept_cb accept_cb = nullptr;
   // Runs before the loop waits: writes what connections coalesced.
   uv_prepare_t flusher;
   bool flusher_open = false;
@@ -316,8 +344,8 @@ struct endpoint {
   /// The members' IPs (numeric text), for `member_sources_only`.
   std::set<std::string> member_ips;
   uint64_t next_serial = 1;
+  /// The last group's transport closes: everything goes.
   bool closing = false;
-  raft_uv_transport_close_cb close_cb = nullptr;
 
   std::atomic<uint64_t> accepted{0};
   std::atomic<uint64_t> connected{0};
@@ -364,7 +392,14 @@ struct endpoint {
   /// `c` closes: forget it as a link or an attempt.
   void link_closed(connection* c);
   void finish_wait(connect_wait* w, uv_stream_t* s, int status);
+  /// Group `p` closes while others stay: its connects and streams go.
+  void close_group(group_port* p);
+  /// Runs the close callbacks of closing groups whose handles are gone.
   void maybe_fire_close();
+  /// Whether nothing of the endpoint is open on the loop any more.
+  bool all_closed() const;
+  /// The transport to name in an error message: group `g`'s, else any.
+  raft_uv_transport* iface_of(uint16_t g) const;
   /// Writes every connection's coalesced frames.
   void flush_all();
 };

@@ -7,7 +7,11 @@
 //
 // To libraft the link is its transport (a raft_uv_transport, given to
 // raft_uv_init in place of raft_uv_tcp_init): a `connect` opens a stream on
-// the link to that node, an incoming stream is `accept`ed. Between any two
+// the link to that node, an incoming stream is `accept`ed. A node that runs
+// several Raft groups (partitions) on one loop gives each its own
+// transport, all on one endpoint (`init` makes the endpoint with group 0's
+// transport, `init_group` the others'): their streams and requests share
+// the one link per node pair, told apart by the group in every frame. Between any two
 // nodes there is one link: the node with the lower id dials and keeps it up
 // (redialling with back-off), the other accepts; a node that dials again
 // (it restarted) replaces its old link.
@@ -86,6 +90,11 @@ struct options {
   /// most; beyond, a request is answered `overloaded` at once.
   uint32_t max_served = 4096;
   uint64_t max_served_bytes = 128u << 20;
+  /// The Raft groups (partitions) the link carries, 1..`max_groups`: group
+  /// 0's transport is made by `init`, the others' by `init_group`. A peer
+  /// whose hello says another count is refused; a frame of a group beyond
+  /// closes the link.
+  uint16_t groups = 1;
   /// Back-off of the dialling side between attempts.
   std::chrono::milliseconds redial_min{50};
   std::chrono::milliseconds redial_max{1000};
@@ -149,6 +158,8 @@ struct served {
   /// The connection it arrived on and its id there (for `reply`).
   uint64_t connection = 0;
   uint64_t id = 0;
+  /// The Raft group it was sent for (below `options::groups`).
+  uint16_t group = 0;
 };
 
 /// Serves a peer's request; called on the loop thread, must not block. It
@@ -171,16 +182,28 @@ using answer_fn = std::function<void(answer)>;
 int init(raft_uv_transport* t, uv_loop_t* loop, const options& opts,
          std::string& error);
 
-/// Sets the server of peers' requests (before `raft_start`); without one,
-/// requests are answered `not_leader`.
+/// Makes `t` the transport of Raft group `group` (1..groups-1) on the
+/// endpoint of `first` (group 0's, from `init`), to give to `raft_uv_init`
+/// of that group's `raft_io`: its `init` must name the same node id as
+/// group 0's; its streams go over the links of `first`, and its requests
+/// (`ask` on `t`) carry its group. Each group's transport is closed by its
+/// own libraft (`raft_close`) and freed with `close`; the links stay up
+/// until the last group's transport closed. Returns 0 or `RAFT_INVALID`
+/// with `error` set (no such group, or it has a transport already).
+int init_group(raft_uv_transport* t, raft_uv_transport* first,
+               uint16_t group, std::string& error);
+
+/// Sets the server of peers' requests, every group's (before `raft_start`;
+/// `served::group` says which); without one, requests are answered
+/// `not_leader`.
 void set_server(raft_uv_transport* t, server_fn fn);
 
 /// Replaces the member list (membership changes); on the loop thread.
 /// Links to nodes no longer members are closed.
 void set_peers(raft_uv_transport* t, std::map<uint64_t, std::string> peers);
 
-/// Sends `req` to node `peer`; `done` runs on the loop thread exactly once.
-/// On the loop thread.
+/// Sends `req` to node `peer`, for the group of `t`; `done` runs on the
+/// loop thread exactly once. On the loop thread.
 void ask(raft_uv_transport* t, uint64_t peer, request req,
          std::chrono::milliseconds timeout, answer_fn done);
 
@@ -190,9 +213,9 @@ void reply(raft_uv_transport* t, const served& to, answer ans);
 /// Whether a link to `peer` is open now. On the loop thread.
 bool connected(raft_uv_transport* t, uint64_t peer);
 
-/// Frees the link: after libraft's close of it completed (the `raft_close`
-/// callback, where `raft_uv_close` runs), or when libraft never called its
-/// `init`.
+/// Frees the transport: after libraft's close of it completed (the
+/// `raft_close` callback, where `raft_uv_close` runs), or when libraft never
+/// called its `init`. The endpoint goes with the last of its transports.
 void close(raft_uv_transport* t);
 
 /// A snapshot of the counters; thread-safe while the link exists (zeros

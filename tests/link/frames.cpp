@@ -330,6 +330,40 @@ CAF_TEST(a hello with a wrong magic an empty range or a bad address is refused) 
   CAF_CHECK(hello_ok(hello_bytes(2, 2, "a")));
 }
 
+CAF_TEST(a hello says its partition count after the address unless it is one) {
+  // One group: the bytes of a build before partitions, exactly (above).
+  hello h;
+  h.node_id = 1;
+  h.address = "n1:7100";
+  h.min_version = h.max_version = 1;
+  CAF_CHECK_EQUAL(encode_hello(h), hello_bytes(1, 1, "n1:7100"));
+  hello back;
+  std::string why;
+  CAF_REQUIRE(decode_hello(encode_hello(h), back, why));
+  CAF_CHECK_EQUAL(back.groups, 1);
+  for (uint16_t n : {uint16_t{2}, uint16_t{8}, max_groups}) {
+    h.groups = n;
+    auto bytes = encode_hello(h);
+    CAF_CHECK_EQUAL(bytes.size(), hello_bytes(1, 1, "n1:7100").size() + 2);
+    CAF_CHECK_EQUAL(bytes.substr(bytes.size() - 2),
+                    std::string({static_cast<char>(n & 0xff),
+                                 static_cast<char>(n >> 8)}));
+    CAF_REQUIRE(decode_hello(bytes, back, why));
+    CAF_CHECK_EQUAL(back.groups, n);
+  }
+  // A count written must be one a cluster can have, and nothing follows.
+  auto base = hello_bytes(1, 1, "n1:7100");
+  for (auto bad : {std::string("\x00\x00", 2), std::string("\x01\x00", 2),
+                   std::string("\x01\x01", 2)}) {
+    CAF_CHECK(!decode_hello(base + bad, back, why));
+    CAF_CHECK_EQUAL(why, "group count");
+  }
+  CAF_CHECK(!decode_hello(base + "\x02", back, why));
+  CAF_CHECK_EQUAL(why, "trailing bytes");
+  CAF_CHECK(!decode_hello(base + std::string("\x02\x00\x00", 3), back, why));
+  CAF_CHECK_EQUAL(why, "trailing bytes");
+}
+
 CAF_TEST(the common version is the highest both ranges hold) {
   auto range = [](uint16_t lo, uint16_t hi) {
     hello h;

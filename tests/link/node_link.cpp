@@ -507,11 +507,78 @@ struct raft_member {
   }
 };
 
+// Starts `n`'s libraft on `loop` over its transport (made already): a
+// bootstrapped voter of `members`, with short timeouts.
+void boot(raft_member& n, uv_loop_t* loop,
+          const std::map<uint64_t, std::string>& members) {
+  CAF_REQUIRE_EQUAL(raft_uv_init(&n.io, loop, n.dir.path().c_str(),
+                                 &n.transport),
+                    0);
+  raft_uv_set_connect_retry_delay(&n.io, 50);
+  CAF_REQUIRE_EQUAL(raft_init(&n.r, &n.io, &n.fsm, n.id, n.address.c_str()),
+                    0);
+  raft_set_election_timeout(&n.r, 300);
+  raft_set_heartbeat_timeout(&n.r, 30);
+  raft_configuration conf;
+  raft_configuration_init(&conf);
+  for (auto& [id, address] : members)
+    CAF_REQUIRE_EQUAL(raft_configuration_add(&conf, id, address.c_str(),
+                                             RAFT_VOTER),
+                      0);
+  CAF_REQUIRE_EQUAL(raft_bootstrap(&n.r, &conf), 0);
+  raft_configuration_close(&conf);
+  CAF_REQUIRE_EQUAL(raft_start(&n.r), 0);
+}
+
+// A 16-byte entry (libraft's are multiples of 8) applied by `leader`.
+struct apply_req {
+  struct raft_apply req;
+  bool done = false;
+  int status = -1;
+
+  void start(raft_member& leader, const char (&text)[16]) {
+    req.data = this;
+    raft_buffer buf;
+    buf.len = 16;
+    buf.base = raft_malloc(buf.len);
+    std::memcpy(buf.base, text, 16);
+    CAF_REQUIRE_EQUAL(raft_apply(&leader.r, &req, &buf, 1,
+                                 [](struct raft_apply* req, int st, void*) {
+                                   auto a = static_cast<apply_req*>(req->data);
+                                   a->done = true;
+                                   a->status = st;
+                                 }),
+                      0);
+  }
+};
+
+// Closes the libraft servers of `group` (their transports are freed with
+// link::close by the caller).
+template <class Members>
+void close_all(loop_fixture& fx, Members& group) {
+  for (auto& n : group) {
+    n->r.data = n.get();
+    raft_close(&n->r, [](struct raft* r) {
+      auto n = static_cast<raft_member*>(r->data);
+      raft_uv_close(&n->io);
+      n->closed = true;
+    });
+  }
+  CAF_CHECK(fx.run_until([&] {
+    for (auto& n : group)
+      if (!n->closed)
+        return false;
+    return true;
+  }));
+}
+
 // A frame as the link writes it.
-std::string frame(frame_type type, uint64_t id, const std::string& payload) {
+std::string frame(frame_type type, uint64_t id, const std::string& payload,
+                  uint16_t group = 0) {
   frame_header h;
   h.length = static_cast<uint32_t>(payload.size());
   h.type = type;
+  h.group = group;
   h.id = id;
   std::string out(header_size, '\0');
   encode_header(h, out.data());
@@ -520,12 +587,13 @@ std::string frame(frame_type type, uint64_t id, const std::string& payload) {
 
 std::string hello_frame(uint64_t id, const std::string& address,
                         uint16_t min = min_version,
-                        uint16_t max = max_version) {
+                        uint16_t max = max_version, uint16_t groups = 1) {
   hello h;
   h.node_id = id;
   h.address = address;
   h.min_version = min;
   h.max_version = max;
+  h.groups = groups;
   return frame(frame_type::hello, 0, encode_hello(h));
 }
 
@@ -739,24 +807,7 @@ CAF_TEST(three libraft servers elect a leader and apply an entry over links) {
     opts.handshake_timeout = 10s;
     std::string error;
     CAF_REQUIRE_EQUAL(link::init(&n->transport, &loop, opts, error), 0);
-    CAF_REQUIRE_EQUAL(raft_uv_init(&n->io, &loop, n->dir.path().c_str(),
-                                   &n->transport),
-                      0);
-    raft_uv_set_connect_retry_delay(&n->io, 50);
-    CAF_REQUIRE_EQUAL(raft_init(&n->r, &n->io, &n->fsm, n->id,
-                                n->address.c_str()),
-                      0);
-    raft_set_election_timeout(&n->r, 300);
-    raft_set_heartbeat_timeout(&n->r, 30);
-    raft_configuration conf;
-    raft_configuration_init(&conf);
-    for (auto& [id, address] : members)
-      CAF_REQUIRE_EQUAL(raft_configuration_add(&conf, id, address.c_str(),
-                                               RAFT_VOTER),
-                        0);
-    CAF_REQUIRE_EQUAL(raft_bootstrap(&n->r, &conf), 0);
-    raft_configuration_close(&conf);
-    CAF_REQUIRE_EQUAL(raft_start(&n->r), 0);
+    boot(*n, &loop, members);
   }
   raft_member* leader = nullptr;
   CAF_REQUIRE(run_until(
@@ -767,23 +818,8 @@ CAF_TEST(three libraft servers elect a leader and apply an entry over links) {
       return leader != nullptr;
     },
     20s));
-  struct apply_req {
-    struct raft_apply req;
-    bool done = false;
-    int status = -1;
-  } apply;
-  apply.req.data = &apply;
-  raft_buffer buf;
-  buf.len = 16; // entries are multiples of 8 bytes
-  buf.base = raft_malloc(buf.len);
-  std::memcpy(buf.base, "over the link!!", 16);
-  CAF_REQUIRE_EQUAL(raft_apply(&leader->r, &apply.req, &buf, 1,
-                               [](struct raft_apply* req, int st, void*) {
-                                 auto a = static_cast<apply_req*>(req->data);
-                                 a->done = true;
-                                 a->status = st;
-                               }),
-                    0);
+  apply_req apply;
+  apply.start(*leader, "over the link!!");
   CAF_CHECK(run_until(
     [&] {
       for (auto& n : nodes)
@@ -807,21 +843,114 @@ CAF_TEST(three libraft servers elect a leader and apply an entry over links) {
                       + st.refused_frame,
                     0u);
   }
-  for (auto& n : nodes) {
-    n->r.data = n.get();
-    raft_close(&n->r, [](struct raft* r) {
-      auto n = static_cast<raft_member*>(r->data);
-      raft_uv_close(&n->io);
-      n->closed = true;
-    });
+  close_all(*this, nodes);
+  for (auto& n : nodes)
+    link::close(&n->transport);
+}
+
+CAF_TEST(two raft groups share one link per node pair and close apart) {
+  // groups[g][i]: node i+1's server of group g, each with its own log.
+  std::vector<std::unique_ptr<raft_member>> groups[2];
+  for (auto& g : groups)
+    for (uint64_t id = 1; id <= 3; ++id)
+      g.push_back(std::make_unique<raft_member>(id, members[id]));
+  for (size_t i = 0; i < 3; ++i) {
+    auto& first = *groups[0][i];
+    link::options opts;
+    opts.tls = link::tls_files{certs().ca, certs().pem(first.id),
+                               certs().key(first.id)};
+    opts.peers = members;
+    opts.handshake_timeout = 10s;
+    opts.groups = 2;
+    std::string error;
+    CAF_REQUIRE_EQUAL(link::init(&first.transport, &loop, opts, error), 0);
+    CAF_REQUIRE_EQUAL(link::init_group(&groups[1][i]->transport,
+                                       &first.transport, 1, error),
+                      0);
+    // A group has one transport; there is no group 2.
+    raft_uv_transport spare;
+    std::memset(&spare, 0, sizeof(spare));
+    CAF_CHECK_NOT_EQUAL(link::init_group(&spare, &first.transport, 1, error),
+                        0);
+    CAF_CHECK_NOT_EQUAL(link::init_group(&spare, &first.transport, 2, error),
+                        0);
+    boot(first, &loop, members);
+    boot(*groups[1][i], &loop, members);
   }
-  CAF_CHECK(run_until([&] {
-    for (auto& n : nodes)
-      if (!n->closed)
+  auto leader_of = [&](int g) -> raft_member* {
+    for (auto& n : groups[g])
+      if (raft_state(&n->r) == RAFT_LEADER)
+        return n.get();
+    return nullptr;
+  };
+  CAF_REQUIRE(run_until([&] { return leader_of(0) && leader_of(1); }, 20s));
+  apply_req a0, a1;
+  a0.start(*leader_of(0), "group zero says");
+  a1.start(*leader_of(1), "group one says!");
+  auto all_applied = [&](int g, uint64_t n) {
+    for (auto& m : groups[g])
+      if (m->applied < n)
         return false;
     return true;
-  }));
-  for (auto& n : nodes)
+  };
+  CAF_REQUIRE(run_until(
+    [&] { return a0.done && a1.done && all_applied(0, 1) && all_applied(1, 1); },
+    20s));
+  CAF_CHECK_EQUAL(a0.status, 0);
+  CAF_CHECK_EQUAL(a1.status, 0);
+  for (size_t i = 0; i < 3; ++i) {
+    // Each group applied its own entry only.
+    CAF_CHECK_EQUAL(groups[0][i]->applied, 1u);
+    CAF_CHECK_EQUAL(groups[0][i]->last, std::string("group zero says", 16));
+    CAF_CHECK_EQUAL(groups[1][i]->applied, 1u);
+    CAF_CHECK_EQUAL(groups[1][i]->last, std::string("group one says!", 16));
+    // One link to each other node carries both groups' streams.
+    auto st = link::stats_of(&groups[0][i]->transport);
+    CAF_CHECK_EQUAL(st.links, 2u);
+    CAF_CHECK_EQUAL(st.accepted + st.connected, 2u);
+    CAF_CHECK_GREATER_OR_EQUAL(st.streams, 4u);
+    CAF_CHECK_EQUAL(st.refused_handshake + st.refused_identity
+                      + st.refused_hello + st.refused_frame,
+                    0u);
+  }
+  // A request is served with the group of the transport it was asked on.
+  std::vector<uint16_t> served_groups;
+  link::set_server(&groups[0][1]->transport,
+                   [&](const served& from, request req) {
+                     served_groups.push_back(from.group);
+                     link::reply(&groups[0][1]->transport, from, found(req));
+                   });
+  request lookup;
+  lookup.kind = op::lookup;
+  lookup.route = "r";
+  lookup.key = "k";
+  std::vector<answer> got;
+  link::ask(&groups[1][0]->transport, 2, lookup, 10s,
+            [&](answer ans) { got.push_back(std::move(ans)); });
+  link::ask(&groups[0][0]->transport, 2, lookup, 10s,
+            [&](answer ans) { got.push_back(std::move(ans)); });
+  CAF_REQUIRE(run_until([&] { return got.size() == 2; }));
+  CAF_CHECK_EQUAL(got[0].error, errc::none);
+  CAF_CHECK_EQUAL(got[1].error, errc::none);
+  CAF_CHECK_EQUAL(served_groups, std::vector<uint16_t>({1, 0}));
+  // Group 1 stops everywhere; group 0 goes on over the same links.
+  close_all(*this, groups[1]);
+  for (auto& n : groups[1])
+    link::close(&n->transport);
+  auto before = link::stats_of(&groups[0][0]->transport);
+  CAF_CHECK_EQUAL(before.links, 2u);
+  CAF_REQUIRE(run_until([&] { return leader_of(0) != nullptr; }, 20s));
+  apply_req again;
+  again.start(*leader_of(0), "after group one");
+  CAF_CHECK(run_until([&] { return again.done && all_applied(0, 2); }, 20s));
+  CAF_CHECK_EQUAL(again.status, 0);
+  for (auto& n : groups[0]) {
+    auto st = link::stats_of(&n->transport);
+    CAF_CHECK_EQUAL(st.accepted + st.connected, 2u); // never re-dialled
+    CAF_CHECK_EQUAL(st.refused_frame, 0u);
+  }
+  close_all(*this, groups[0]);
+  for (auto& n : groups[0])
     link::close(&n->transport);
 }
 
@@ -1026,6 +1155,23 @@ CAF_TEST(strangers and misbehaving members are refused before libraft) {
   tls_case("a stream of this node's parity", certs().pem(2), certs().key(2),
            h2 + frame(frame_type::raft_open, 2, ""), want_frame, true);
   tls_case("a second hello", certs().pem(2), certs().key(2), h2 + h2,
+           want_frame, true);
+  // Partitions: the count is the cluster's, and so is every frame's group.
+  // The hello that says another count gets this node's hello (which says
+  // its count), then the close.
+  tls_case("a hello of a cluster with 8 partitions", certs().pem(2),
+           certs().key(2), hello_frame(2, addr2, min_version, max_version, 8),
+           want_hello, true);
+  tls_case("a raft stream of a group the cluster does not have",
+           certs().pem(2), certs().key(2),
+           h2 + frame(frame_type::raft_open, 1, "", 1), want_frame, true);
+  request lookup;
+  lookup.kind = op::lookup;
+  lookup.route = "r";
+  lookup.key = "k";
+  tls_case("a request of a group the cluster does not have", certs().pem(2),
+           certs().key(2),
+           h2 + frame(frame_type::request, 1, encode_request(lookup), 7),
            want_frame, true);
   CAF_CHECK_EQUAL(a.stats().refused_busy, 0u);
   CAF_CHECK(a.accepts.empty());
@@ -1264,7 +1410,7 @@ CAF_TEST(the link context offers only the Mozilla intermediate suites) {
   std::memset(&t, 0, sizeof(t));
   std::string error;
   CAF_REQUIRE_EQUAL(link::init(&t, &loop, opts, error), 0);
-  auto ctx = static_cast<link::detail::endpoint*>(t.impl)->ctx;
+  auto ctx = static_cast<link::detail::group_port*>(t.impl)->owner->ctx;
   CAF_MESSAGE("offered: " << test::offered_suites(ctx));
   auto breaches = test::offer_violations(ctx);
   for (auto& x : breaches)
