@@ -148,7 +148,7 @@ void raft_node::impl::do_change(int kind, uint64_t id,
   }
 }
 
-void raft_node::impl::post_change(
+void raft_node::host::post_change(
   std::function<void(int)> done,
   std::function<void(std::function<void(int)>&)> fn) {
   auto shared = std::make_shared<std::function<void(int)>>(std::move(done));
@@ -157,17 +157,17 @@ void raft_node::impl::post_change(
 }
 
 void raft_node::add(uint64_t id, std::string address,
-                    std::function<void(int)> done) {
-  auto self = impl_.get();
-  self->post_change(std::move(done), [self, id, address](auto& done) {
+                    std::function<void(int)> done, uint16_t g) {
+  auto self = &group(g);
+  host_->post_change(std::move(done), [self, id, address](auto& done) {
     self->do_change(0, id, address, 0, done);
   });
 }
 
 void raft_node::add_voter(uint64_t id, std::string address,
-                          std::function<void(int)> done) {
-  auto self = impl_.get();
-  self->post_change(std::move(done), [self, id, address](auto& done) {
+                          std::function<void(int)> done, uint16_t g) {
+  auto self = &group(g);
+  host_->post_change(std::move(done), [self, id, address](auto& done) {
     auto shared = std::make_shared<std::function<void(int)>>(std::move(done));
     std::function<void(int)> then = [self, id, shared](int status) {
       if (status != 0) {
@@ -181,25 +181,28 @@ void raft_node::add_voter(uint64_t id, std::string address,
   });
 }
 
-void raft_node::assign(uint64_t id, int role, std::function<void(int)> done) {
-  auto self = impl_.get();
-  self->post_change(std::move(done), [self, id, role](auto& done) {
+void raft_node::assign(uint64_t id, int role, std::function<void(int)> done,
+                       uint16_t g) {
+  auto self = &group(g);
+  host_->post_change(std::move(done), [self, id, role](auto& done) {
     self->do_change(1, id, {}, role, done);
   });
 }
 
-void raft_node::remove(uint64_t id, std::function<void(int)> done) {
-  auto self = impl_.get();
-  self->post_change(std::move(done), [self, id](auto& done) {
+void raft_node::remove(uint64_t id, std::function<void(int)> done,
+                       uint16_t g) {
+  auto self = &group(g);
+  host_->post_change(std::move(done), [self, id](auto& done) {
     self->do_change(2, id, {}, 0, done);
   });
 }
 
-void raft_node::transfer(uint64_t id, std::function<void(uint64_t)> done) {
-  auto self = impl_.get();
+void raft_node::transfer(uint64_t id, std::function<void(uint64_t)> done,
+                         uint16_t g) {
+  auto self = &group(g);
   auto shared = std::make_shared<std::function<void(uint64_t)>>(
     std::move(done));
-  auto ok = self->post(
+  auto ok = host_->post(
     [self, id, shared] { self->do_transfer(id, std::move(*shared)); },
     false);
   if (!ok)

@@ -1,10 +1,11 @@
 #include "replication/raft_node.hpp"
 
-// The Raft node's loop (raft_node_impl.hpp): start (libraft over its
-// transport, the node link, on its own libuv thread) and
-// stop, the queue other threads post to, proposals, and reading libraft's
-// state after every loop turn (roles, the barrier of a new leader, the
-// step-down of a leader that cannot apply), published for other threads.
+// The Raft node's loop (raft_node_impl.hpp): start (a libraft server per
+// group over its transport on the one node link, all on one libuv thread)
+// and stop, the queue other threads post to, proposals, and reading
+// libraft's state after every loop turn (roles, the barrier of a new
+// leader, the step-down of a leader that cannot apply), published for
+// other threads.
 // Membership changes, transfers and the stuck-follower repair are
 // raft_membership.cpp.
 
@@ -63,7 +64,11 @@ raft_role role_of(int state) {
 
 } // namespace
 
-void raft_node::impl::drain() {
+std::string group_dir(const std::string& dir, uint16_t group) {
+  return group == 0 ? dir : dir + "-" + std::to_string(group);
+}
+
+void raft_node::host::drain() {
   std::deque<std::function<void()>> work;
   bool stop = false;
   {
@@ -74,7 +79,35 @@ void raft_node::impl::drain() {
   for (auto& fn : work)
     fn();
   if (stop)
-    close_when_stored();
+    for (auto& g : groups)
+      if (!g->closed)
+        g->close_when_stored();
+}
+
+void raft_node::host::on_check() {
+  stage_trace::mark("loop.check");
+  for (auto& g : groups) {
+    if (g->closed)
+      continue;
+    g->admit_held();
+    g->refresh();
+    if (g->close_pending)
+      g->close_when_stored();
+  }
+}
+
+void raft_node::host::close_when_groups_closed() {
+  if (handles_closed)
+    return;
+  for (auto& g : groups)
+    if (!g->closed)
+      return;
+  handles_closed = true;
+  uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
+  uv_check_stop(&poll);
+  uv_close(reinterpret_cast<uv_handle_t*>(&poll), nullptr);
+  uv_timer_stop(&tick);
+  uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
 }
 
 void raft_node::impl::close_when_stored() {
@@ -95,7 +128,7 @@ void raft_node::impl::close_when_stored() {
 }
 
 void raft_node::impl::close() {
-  if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&wake)))
+  if (closed)
     return;
   // raft_close turns libraft unavailable on purpose; callbacks it runs
   // meanwhile (a barrier's) may still refresh: that is no failure.
@@ -107,17 +140,14 @@ void raft_node::impl::close() {
     held.pop_front();
     finish(p, RAFT_SHUTDOWN, nullptr);
   }
-  uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
-  uv_check_stop(&poll);
-  uv_close(reinterpret_cast<uv_handle_t*>(&poll), nullptr);
-  uv_timer_stop(&tick);
-  uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
+  closed = true;
   r.data = this;
   raft_close(&r, [](::raft* r) {
     auto self = static_cast<impl*>(r->data);
     raft_uv_close(&self->io);
     link::close(&self->transport);
   });
+  owner->close_when_groups_closed();
 }
 
 void raft_node::impl::refresh() {
@@ -424,10 +454,10 @@ void raft_node::impl::finish(proposal* p, int status, void* result) {
                       : std::vector<persistence::command_result>{});
 }
 
-bool raft_node::impl::post(std::function<void()> fn, bool bounded) {
+bool raft_node::host::post(std::function<void()> fn, bool bounded) {
   {
     std::lock_guard<std::mutex> guard{queue_mtx};
-    if (stopping || (bounded && queue.size() >= opts.max_queued))
+    if (stopping || (bounded && queue.size() >= max_queued))
       return false;
     queue.emplace_back(std::move(fn));
   }
@@ -435,24 +465,33 @@ bool raft_node::impl::post(std::function<void()> fn, bool bounded) {
   return true;
 }
 
-raft_node::raft_node(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
+raft_node::raft_node(std::unique_ptr<host> ptr) : host_(std::move(ptr)) {
   // nop
 }
 
-link::link_stats raft_node::link_stats() const {
-  return link::stats_of(&impl_->transport);
+raft_node::impl& raft_node::group(uint16_t g) const {
+  return *host_->groups.at(g);
 }
 
-bool raft_node::leader_linked() const {
-  return impl_->brief_linked.load(std::memory_order_acquire);
+uint16_t raft_node::groups() const {
+  return static_cast<uint16_t>(host_->groups.size());
+}
+
+link::link_stats raft_node::link_stats() const {
+  return link::stats_of(&group(0).transport);
+}
+
+bool raft_node::leader_linked(uint16_t g) const {
+  return group(g).brief_linked.load(std::memory_order_acquire);
 }
 
 void raft_node::ask(uint64_t peer, link::request req,
-                    std::chrono::milliseconds timeout, link::answer_fn done) {
-  auto self = impl_.get();
+                    std::chrono::milliseconds timeout, link::answer_fn done,
+                    uint16_t g) {
+  auto self = &group(g);
   auto kind = req.kind;
   auto shared = std::make_shared<link::answer_fn>(std::move(done));
-  auto ok = self->post(
+  auto ok = host_->post(
     [self, peer, req = std::move(req), timeout, shared]() mutable {
       if (self->closing) {
         link::answer res;
@@ -477,8 +516,8 @@ void raft_node::ask(uint64_t peer, link::request req,
 
 void raft_node::serve(
   std::function<void(const link::served&, link::request)> fn) {
-  auto self = impl_.get();
-  self->post(
+  auto self = &group(0); // the endpoint's: every group's requests
+  host_->post(
     [self, fn = std::move(fn)]() mutable {
       if (!self->closing)
         link::set_server(&self->transport, std::move(fn));
@@ -487,10 +526,10 @@ void raft_node::serve(
 }
 
 void raft_node::reply(const link::served& to, link::answer ans) {
-  auto self = impl_.get();
+  auto self = &group(to.group < groups() ? to.group : 0);
   // Unbounded: an answer is owed (its request was admitted within the
   // link's own bounds); dropped only when the node stops.
-  self->post(
+  host_->post(
     [self, to, ans = std::move(ans)]() mutable {
       if (!self->closing)
         link::reply(&self->transport, to, std::move(ans));
@@ -500,44 +539,61 @@ void raft_node::reply(const link::served& to, link::answer ans) {
 
 void raft_node::stop() {
   {
-    std::lock_guard<std::mutex> guard{impl_->queue_mtx};
-    impl_->stopping = true;
+    std::lock_guard<std::mutex> guard{host_->queue_mtx};
+    host_->stopping = true;
   }
-  uv_async_send(&impl_->wake);
-  if (impl_->thread.joinable()
-      && impl_->thread.get_id() != std::this_thread::get_id())
-    impl_->thread.join();
+  uv_async_send(&host_->wake);
+  if (host_->thread.joinable()
+      && host_->thread.get_id() != std::this_thread::get_id())
+    host_->thread.join();
 }
 
 raft_node::~raft_node() {
-  if (impl_->thread.joinable()
-      && impl_->thread.get_id() == std::this_thread::get_id()) {
+  if (host_->thread.joinable()
+      && host_->thread.get_id() == std::this_thread::get_id()) {
     // The last owner let go in a callback on the Raft thread (a request's
     // callback that held it, say). Joining would wait for this very
     // thread (std::system_error, "Resource deadlock avoided", seen at a
     // node's stop): the thread stops the node and frees it instead.
     log::cluster()->debug("raft.released_on_raft_thread");
     stop();
-    impl_->free_on_exit = true;
-    impl_->thread.detach();
-    impl_.release();
+    host_->free_on_exit = true;
+    host_->thread.detach();
+    host_.release();
     return;
   }
   stop();
-  uv_loop_close(&impl_->loop);
+  uv_loop_close(&host_->loop);
 }
 
 caf::expected<std::unique_ptr<raft_node>>
 raft_node::start(raft_node_options opts,
                  std::shared_ptr<persistence::sqlite_store> db,
                  raft_hooks hooks) {
-  auto fail = [](const std::string& what, int rv) {
-    return make_error(errc::storage_failure,
-                      "raft: " + what + ": " + raft_strerror(rv));
-  };
-  // libuv writes to peers' sockets without MSG_NOSIGNAL: a write to a dead
-  // peer must cost an error code, not the process.
-  std::signal(SIGPIPE, SIG_IGN);
+  std::vector<std::shared_ptr<persistence::sqlite_store>> dbs;
+  dbs.push_back(std::move(db));
+  std::vector<raft_hooks> each;
+  each.push_back(std::move(hooks));
+  return start(std::move(opts), std::move(dbs), std::move(each));
+}
+
+namespace {
+
+caf::error raft_failure(const std::string& what, int rv) {
+  return make_error(errc::storage_failure,
+                    "raft: " + what + ": " + raft_strerror(rv));
+}
+
+} // namespace
+
+// Group g of a starting node: its directory, FSM, transport on the node's
+// link (group 0 makes the link) and libraft server, started.
+caf::error raft_node::impl::start(const raft_node_options& node_opts,
+                                  uint16_t count) {
+  opts = node_opts;
+  opts.dir = group_dir(node_opts.dir, group);
+  opts.link.groups = count;
+  current.group = published.group = group;
   std::error_code ec;
   std::filesystem::create_directories(opts.dir, ec);
   if (ec)
@@ -546,89 +602,111 @@ raft_node::start(raft_node_options opts,
                         + ec.message());
   if (auto err = pad_open_segments(opts.dir))
     return err;
-  auto st = std::make_unique<impl>();
-  auto& x = *st;
-  x.db = std::move(db);
-  x.opts = std::move(opts);
-  x.hooks = std::move(hooks);
-  x.adapter = std::make_unique<raft_fsm_adapter>(*x.db, true);
-  if (x.hooks.on_applied)
-    x.adapter->on_applied(x.hooks.on_applied);
-  if (x.hooks.on_restored)
-    x.adapter->on_restored(x.hooks.on_restored);
-  if (x.opts.before_snapshot_copy)
-    x.adapter->before_snapshot_copy(x.opts.before_snapshot_copy);
+  adapter = std::make_unique<raft_fsm_adapter>(*db, true);
+  if (hooks.on_applied)
+    adapter->on_applied(hooks.on_applied);
+  if (hooks.on_restored)
+    adapter->on_restored(hooks.on_restored);
+  if (opts.before_snapshot_copy)
+    adapter->before_snapshot_copy(opts.before_snapshot_copy);
+  {
+    std::string error;
+    auto rv = group == 0
+                ? link::init(&transport, &owner->loop, opts.link, error)
+                : link::init_group(&transport, &owner->groups[0]->transport,
+                                   group, error);
+    if (rv != 0)
+      return make_error(errc::invalid_argument, "cluster link: " + error);
+  }
+  if (auto rv = raft_uv_init(&io, &owner->loop, opts.dir.c_str(), &transport);
+      rv != 0)
+    return raft_failure("io " + opts.dir, rv);
+  // raft_uv implements the async work of version 2 but reports version 1,
+  // which would make libraft reject the FSM's async snapshots.
+  io.version = 2;
+  if (auto rv = raft_init(&r, &io, adapter->fsm(), opts.id,
+                          opts.address.c_str());
+      rv != 0)
+    return raft_failure("init", rv);
+  adapter->attach(&r);
+  raft_set_election_timeout(&r, opts.election_timeout_ms);
+  raft_set_heartbeat_timeout(&r, opts.heartbeat_timeout_ms);
+  raft_set_snapshot_threshold(&r, opts.snapshot_threshold);
+  raft_set_snapshot_trailing(&r, opts.snapshot_trailing);
+  adapter->bound_log(opts.max_log_bytes, opts.snapshot_threshold,
+                     opts.snapshot_trailing);
+  raft_set_pre_vote(&r, true);
+  if (opts.bootstrap) {
+    ::raft_configuration conf;
+    raft_configuration_init(&conf);
+    for (auto& m : opts.initial) {
+      if (auto rv = raft_configuration_add(&conf, m.id, m.address.c_str(),
+                                           RAFT_VOTER);
+          rv != 0) {
+        raft_configuration_close(&conf);
+        return raft_failure("configuration", rv);
+      }
+    }
+    auto rv = raft_bootstrap(&r, &conf);
+    raft_configuration_close(&conf);
+    if (rv != 0 && rv != RAFT_CANTBOOTSTRAP)
+      return raft_failure("bootstrap", rv);
+  }
+  if (auto rv = raft_start(&r); rv != 0)
+    return raft_failure("start", rv);
+  return {};
+}
+
+caf::expected<std::unique_ptr<raft_node>>
+raft_node::start(raft_node_options opts,
+                 std::vector<std::shared_ptr<persistence::sqlite_store>> dbs,
+                 std::vector<raft_hooks> hooks) {
+  if (dbs.empty() || dbs.size() > link::max_groups
+      || hooks.size() != dbs.size())
+    return make_error(errc::invalid_argument,
+                      "raft: 1.." + std::to_string(link::max_groups)
+                        + " groups, a store and hooks each");
+  // libuv writes to peers' sockets without MSG_NOSIGNAL: a write to a dead
+  // peer must cost an error code, not the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  auto h = std::make_unique<host>();
+  auto& x = *h;
+  x.max_queued = opts.max_queued;
   if (auto rv = uv_loop_init(&x.loop); rv != 0)
     return make_error(errc::storage_failure,
                       std::string{"uv_loop_init: "} + uv_strerror(rv));
   // Anything failing below leaves a loop with handles behind; the process
   // exits on a failed start, so only the loop itself matters.
-  {
-    std::string error;
-    if (auto rv = link::init(&x.transport, &x.loop, x.opts.link, error);
-        rv != 0)
-      return make_error(errc::invalid_argument, "cluster link: " + error);
+  auto count = static_cast<uint16_t>(dbs.size());
+  for (uint16_t g = 0; g < count; ++g) {
+    auto grp = std::make_unique<impl>();
+    grp->owner = &x;
+    grp->group = g;
+    grp->db = std::move(dbs[g]);
+    grp->hooks = std::move(hooks[g]);
+    x.groups.push_back(std::move(grp));
+    if (auto err = x.groups.back()->start(opts, count))
+      return err;
   }
-  if (auto rv = raft_uv_init(&x.io, &x.loop, x.opts.dir.c_str(),
-                             &x.transport);
-      rv != 0)
-    return fail("io " + x.opts.dir, rv);
-  // raft_uv implements the async work of version 2 but reports version 1,
-  // which would make libraft reject the FSM's async snapshots.
-  x.io.version = 2;
-  if (auto rv = raft_init(&x.r, &x.io, x.adapter->fsm(), x.opts.id,
-                          x.opts.address.c_str());
-      rv != 0)
-    return fail("init", rv);
-  x.adapter->attach(&x.r);
-  raft_set_election_timeout(&x.r, x.opts.election_timeout_ms);
-  raft_set_heartbeat_timeout(&x.r, x.opts.heartbeat_timeout_ms);
-  raft_set_snapshot_threshold(&x.r, x.opts.snapshot_threshold);
-  raft_set_snapshot_trailing(&x.r, x.opts.snapshot_trailing);
-  x.adapter->bound_log(x.opts.max_log_bytes, x.opts.snapshot_threshold,
-                       x.opts.snapshot_trailing);
-  raft_set_pre_vote(&x.r, true);
-  if (x.opts.bootstrap) {
-    ::raft_configuration conf;
-    raft_configuration_init(&conf);
-    for (auto& m : x.opts.initial) {
-      if (auto rv = raft_configuration_add(&conf, m.id, m.address.c_str(),
-                                           RAFT_VOTER);
-          rv != 0) {
-        raft_configuration_close(&conf);
-        return fail("configuration", rv);
-      }
-    }
-    auto rv = raft_bootstrap(&x.r, &conf);
-    raft_configuration_close(&conf);
-    if (rv != 0 && rv != RAFT_CANTBOOTSTRAP)
-      return fail("bootstrap", rv);
-  }
-  if (auto rv = raft_start(&x.r); rv != 0)
-    return fail("start", rv);
   x.wake.data = &x;
   uv_async_init(&x.loop, &x.wake, [](uv_async_t* h) {
-    static_cast<impl*>(h->data)->drain();
+    static_cast<host*>(h->data)->drain();
   });
   x.poll.data = &x;
   uv_check_init(&x.loop, &x.poll);
   uv_check_start(&x.poll, [](uv_check_t* h) {
-    auto self = static_cast<impl*>(h->data);
-    stage_trace::mark("loop.check");
-    self->admit_held();
-    self->refresh();
-    if (self->close_pending)
-      self->close_when_stored();
+    static_cast<host*>(h->data)->on_check();
   });
   // The check runs after every loop turn; the timer makes sure there is a
   // turn at least every 10 ms.
   x.tick.data = &x;
   uv_timer_init(&x.loop, &x.tick);
   uv_timer_start(&x.tick, [](uv_timer_t*) {}, 10, 10);
-  x.refresh();
-  log::cluster()->info("raft.started id={} address={} dir={} bootstrap={}",
-                       x.opts.id, x.opts.address, x.opts.dir,
-                       x.opts.bootstrap);
+  for (auto& g : x.groups)
+    g->refresh();
+  log::cluster()->info("raft.started id={} address={} dir={} bootstrap={} "
+                       "groups={}",
+                       opts.id, opts.address, opts.dir, opts.bootstrap, count);
   x.thread = std::thread{[&x] {
     uv_run(&x.loop, UV_RUN_DEFAULT);
     // Set on this thread (see `~raft_node`): nobody owns the state now.
@@ -637,13 +715,13 @@ raft_node::start(raft_node_options opts,
       delete &x;
     }
   }};
-  return std::unique_ptr<raft_node>{new raft_node(std::move(st))};
+  return std::unique_ptr<raft_node>{new raft_node(std::move(h))};
 }
 
-void raft_node::propose(std::string entry, proposal_done done) {
-  auto self = impl_.get();
+void raft_node::propose(std::string entry, proposal_done done, uint16_t g) {
+  auto self = &group(g);
   auto shared = std::make_shared<proposal_done>(std::move(done));
-  auto ok = self->post(
+  auto ok = host_->post(
     [self, entry = std::move(entry), shared]() mutable {
       self->do_propose(entry, *shared);
     },
@@ -652,22 +730,24 @@ void raft_node::propose(std::string entry, proposal_done done) {
     (*shared)(RAFT_BUSY, {});
 }
 
-raft_status raft_node::status() const {
-  std::lock_guard<std::mutex> guard{impl_->status_mtx};
-  return impl_->published;
+raft_status raft_node::status(uint16_t g) const {
+  auto& x = group(g);
+  std::lock_guard<std::mutex> guard{x.status_mtx};
+  return x.published;
 }
 
-raft_brief raft_node::brief() const {
+raft_brief raft_node::brief(uint16_t g) const {
+  auto& x = group(g);
   raft_brief res;
   res.role = static_cast<raft_role>(
-    impl_->brief_role.load(std::memory_order_acquire));
-  res.leader_id = impl_->brief_leader.load(std::memory_order_acquire);
-  res.leader_ready = impl_->brief_ready.load(std::memory_order_acquire);
+    x.brief_role.load(std::memory_order_acquire));
+  res.leader_id = x.brief_leader.load(std::memory_order_acquire);
+  res.leader_ready = x.brief_ready.load(std::memory_order_acquire);
   return res;
 }
 
 uint64_t raft_node::id() const {
-  return impl_->opts.id;
+  return group(0).opts.id;
 }
 
 } // namespace oncegate::cluster

@@ -28,7 +28,8 @@ struct raft_node_options {
   uint64_t id = 0;
   /// This node's Raft address, `host:port` (it listens there).
   std::string address;
-  /// Directory of the Raft log and snapshots (created if missing).
+  /// Directory of the Raft log and snapshots (created if missing) of group
+  /// 0; group g > 0 (a partition) keeps its own in `dir-g` (`group_dir`).
   std::string dir;
   /// Bootstrap with `initial` when the log is pristine; a node that joins
   /// an existing cluster later (as a spare, via `add`) does not bootstrap.
@@ -69,6 +70,11 @@ struct raft_node_options {
   link::options link;
 };
 
+/// The Raft directory of group `group` of a node whose group 0 keeps its
+/// log in `dir`: `dir` itself for group 0 (a cluster without partitions
+/// keeps its layout), `dir-g` for the others.
+std::string group_dir(const std::string& dir, uint16_t group);
+
 /// Role of a node, as last polled.
 enum class raft_role : uint8_t { unavailable, follower, candidate, leader };
 
@@ -83,6 +89,8 @@ const char* raft_role_name(int role);
 
 /// A consistent view of the node's Raft state.
 struct raft_status : raft_progress {
+  /// The Raft group (partition) this is the state of.
+  uint16_t group = 0;
   raft_role role = raft_role::unavailable;
   /// Entries whose application failed (decode or SQLite errors).
   uint64_t apply_failures = 0;
@@ -134,12 +142,14 @@ struct raft_hooks {
   std::function<void()> on_unavailable;
 };
 
-/// A Raft server on its own thread (a libuv loop) over the node's SQLite
-/// store, which is the replicated state machine.
+/// A node's Raft servers, one per Raft group (partition), on one thread (a
+/// libuv loop) and one node link; each group has its own log, and its own
+/// SQLite store as its replicated state machine.
 ///
 /// Every libraft call and callback happens on that thread; other threads
 /// talk to it through a queue and `uv_async_send`. Callbacks given to this
-/// class run on the Raft thread and must not block.
+/// class run on the Raft thread and must not block. Calls that name a
+/// `group` act on that group alone (it must be below `groups()`).
 class raft_node {
 public:
   /// Opens the Raft directory, bootstraps if asked and the log is pristine,
@@ -149,6 +159,18 @@ public:
   static caf::expected<std::unique_ptr<raft_node>>
   start(raft_node_options opts, std::shared_ptr<persistence::sqlite_store> db,
         raft_hooks hooks = {});
+
+  /// Starts one group per store (`dbs[g]` is group g's, with `hooks[g]`;
+  /// 1..`link::max_groups` of them), all on one thread and one link: group
+  /// 0's log in `opts.dir`, the others' in `group_dir(opts.dir, g)`. Every
+  /// member must run as many groups (their hellos are refused otherwise).
+  static caf::expected<std::unique_ptr<raft_node>>
+  start(raft_node_options opts,
+        std::vector<std::shared_ptr<persistence::sqlite_store>> dbs,
+        std::vector<raft_hooks> hooks);
+
+  /// The Raft groups this node runs.
+  uint16_t groups() const;
 
   /// Stops the Raft server (pending proposals fail with `RAFT_CANCELED` or
   /// `RAFT_SHUTDOWN`) and joins the thread; idempotent. Call it from any
@@ -172,26 +194,30 @@ public:
   /// the entry could not wait, see `max_held_bytes`), `RAFT_TOOBIG` (never
   /// proposed: larger than `max_log_bytes`) or `RAFT_LEADERSHIPLOST` (the
   /// entry may still commit: the outcome is unknown).
-  void propose(std::string entry, proposal_done done);
+  void propose(std::string entry, proposal_done done, uint16_t group = 0);
 
-  /// Membership changes and leadership transfer; `done` gets libraft's
-  /// status (0 on success) and runs on the Raft thread.
-  void add(uint64_t id, std::string address, std::function<void(int)> done);
+  /// Membership changes and leadership transfer of one group (each group's
+  /// leader changes its own configuration); `done` gets libraft's status
+  /// (0 on success) and runs on the Raft thread.
+  void add(uint64_t id, std::string address, std::function<void(int)> done,
+           uint16_t group = 0);
   /// Adds `id` as a spare, then promotes it to voter (libraft catches it up
   /// before it votes); `done` gets the first failure or 0.
   void add_voter(uint64_t id, std::string address,
-                 std::function<void(int)> done);
-  void assign(uint64_t id, int role, std::function<void(int)> done);
-  void remove(uint64_t id, std::function<void(int)> done);
+                 std::function<void(int)> done, uint16_t group = 0);
+  void assign(uint64_t id, int role, std::function<void(int)> done,
+              uint16_t group = 0);
+  void remove(uint64_t id, std::function<void(int)> done, uint16_t group = 0);
   /// Transfers leadership to `id` (0: any voter); `done` gets the new
   /// leader's id (0: none yet).
-  void transfer(uint64_t id, std::function<void(uint64_t)> done);
+  void transfer(uint64_t id, std::function<void(uint64_t)> done,
+                uint16_t group = 0);
 
-  /// The last published state (thread-safe).
-  raft_status status() const;
+  /// The last published state of a group (thread-safe).
+  raft_status status(uint16_t group = 0) const;
 
-  /// Role, leader and readiness (thread-safe, lock-free).
-  raft_brief brief() const;
+  /// Role, leader and readiness of a group (thread-safe, lock-free).
+  raft_brief brief(uint16_t group = 0) const;
 
   /// Sends `req` to node `peer` over its link; `done` runs exactly once on
   /// the Raft thread (hand it over, never block): the peer's answer, or
@@ -199,20 +225,21 @@ public:
   /// (the outcome is unknown), `overloaded` (the queue to the Raft thread
   /// is full: nothing sent). Thread-safe.
   void ask(uint64_t peer, link::request req,
-           std::chrono::milliseconds timeout, link::answer_fn done);
+           std::chrono::milliseconds timeout, link::answer_fn done,
+           uint16_t group = 0);
 
-  /// Serves other nodes' requests from now on (until then they are
-  /// answered `not_leader`): `fn` runs on the Raft thread for each (hand it
-  /// over, never block) and each is answered exactly once with `reply`.
-  /// Thread-safe.
+  /// Serves other nodes' requests, of every group (`served::group`), from
+  /// now on (until then they are answered `not_leader`): `fn` runs on the
+  /// Raft thread for each (hand it over, never block) and each is answered
+  /// exactly once with `reply`. Thread-safe.
   void serve(std::function<void(const link::served&, link::request)> fn);
 
   /// Answers a request `serve`'s function was given. Thread-safe.
   void reply(const link::served& to, link::answer ans);
 
-  /// Whether the link to the leader (another node) was open when last
+  /// Whether the link to a group's leader (another node) was open when last
   /// polled. Thread-safe, lock-free.
-  bool leader_linked() const;
+  bool leader_linked(uint16_t group = 0) const;
 
   /// The link's counters. Thread-safe.
   link::link_stats link_stats() const;
@@ -221,9 +248,12 @@ public:
   uint64_t id() const;
 
 private:
+  struct host;
   struct impl;
-  explicit raft_node(std::unique_ptr<impl> ptr);
-  std::unique_ptr<impl> impl_;
+  explicit raft_node(std::unique_ptr<host> ptr);
+  /// Group `g` (`groups()` must be more).
+  impl& group(uint16_t g) const;
+  std::unique_ptr<host> host_;
 };
 
 } // namespace oncegate::cluster

@@ -1,9 +1,11 @@
 // @private: the inside of `raft_node` (pimpl), shared by its two files and
-// included by nothing else. raft_node.cpp is the node's loop: start and
-// stop, the queue from other threads, proposals, and reading and
-// publishing libraft's state. raft_membership.cpp is what changes who
-// leads or votes: membership changes, leadership transfer, and the repair
-// of a stuck follower.
+// included by nothing else. A node is one `host` (the thread, its libuv
+// loop and the queue other threads post to) and one `impl` per Raft group
+// (partition): its libraft server, transport, FSM and store, proposals and
+// published state. raft_node.cpp is the loop: start and stop, the queue,
+// proposals, and reading and publishing libraft's state. raft_membership.cpp
+// is what changes who leads or votes: membership changes, leadership
+// transfer, and the repair of a stuck follower.
 #pragma once
 
 #include <atomic>
@@ -17,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 // libraft 0.15's headers lack extern "C" guards.
 extern "C" {
@@ -52,18 +55,63 @@ struct held_proposal {
 
 } // namespace detail
 
-struct raft_node::impl {
-  /// The writer connection: declared first, so it closes last, after
-  /// everything that uses it.
-  std::shared_ptr<persistence::sqlite_store> db;
-  raft_node_options opts;
-  raft_hooks hooks;
-  std::unique_ptr<raft_fsm_adapter> adapter;
+/// The thread and libuv loop every group of a node runs on.
+struct raft_node::host {
+  /// Declared first: the groups (and their stores) go last.
+  std::vector<std::unique_ptr<impl>> groups;
+  uint32_t max_queued = 0;
 
   uv_loop_t loop;
   uv_async_t wake;
   uv_check_t poll;
   uv_timer_t tick;
+  std::thread thread;
+  /// Set on the Raft thread when the last owner let go there: the thread
+  /// frees this state once its loop ends (see `~raft_node`).
+  bool free_on_exit = false;
+  /// The host's handles are closed (every group closes or closed).
+  bool handles_closed = false;
+
+  // Work handed over by other threads.
+  std::mutex queue_mtx;
+  std::deque<std::function<void()>> queue;
+  bool stopping = false;
+
+  host() {
+    std::memset(&loop, 0, sizeof(loop));
+    std::memset(&wake, 0, sizeof(wake));
+    std::memset(&poll, 0, sizeof(poll));
+    std::memset(&tick, 0, sizeof(tick));
+  }
+
+  /// Runs the work other threads posted; closes every group when asked to
+  /// stop (raft_node.cpp).
+  void drain();
+  /// After every loop turn: each group's held proposals and state.
+  void on_check();
+  /// Closes the host's handles once every group called raft_close.
+  void close_when_groups_closed();
+  /// Queues `fn` for the Raft thread; false once stopping, or when
+  /// `bounded` and `max_queued` are queued already.
+  bool post(std::function<void()> fn, bool bounded);
+  /// Runs `fn(done)` on the Raft thread, or fails `done` with
+  /// `RAFT_SHUTDOWN` when the node stops (raft_membership.cpp).
+  void post_change(std::function<void(int)> done,
+                   std::function<void(std::function<void(int)>&)> fn);
+};
+
+/// One Raft group of a node.
+struct raft_node::impl {
+  /// The writer connection: declared first, so it closes last, after
+  /// everything that uses it.
+  std::shared_ptr<persistence::sqlite_store> db;
+  /// The node's options, `dir` this group's.
+  raft_node_options opts;
+  raft_hooks hooks;
+  std::unique_ptr<raft_fsm_adapter> adapter;
+  host* owner = nullptr;
+  uint16_t group = 0;
+
   ::raft_uv_transport transport;
   ::raft_io io;
   ::raft r;
@@ -73,15 +121,6 @@ struct raft_node::impl {
   struct ::raft_transfer transfer;
   std::function<void(uint64_t)> transfer_done;
   bool barrier_pending = false;
-  std::thread thread;
-  /// Set on the Raft thread when the last owner let go there: the thread
-  /// frees this state once its loop ends (see `~raft_node`).
-  bool free_on_exit = false;
-
-  // Work handed over by other threads.
-  std::mutex queue_mtx;
-  std::deque<std::function<void()>> queue;
-  bool stopping = false;
 
   // Published state.
   mutable std::mutex status_mtx;
@@ -119,6 +158,8 @@ struct raft_node::impl {
   uint64_t configuration_index = ~uint64_t{0};
   bool lost = false;
   bool closing = false;
+  /// raft_close was called.
+  bool closed = false;
   /// Stopping, waiting for libraft's writes before raft_close (since when).
   bool close_pending = false;
   std::chrono::steady_clock::time_point close_asked;
@@ -133,10 +174,6 @@ struct raft_node::impl {
   detail::clock_type::time_point last_repair;
 
   impl() {
-    std::memset(&loop, 0, sizeof(loop));
-    std::memset(&wake, 0, sizeof(wake));
-    std::memset(&poll, 0, sizeof(poll));
-    std::memset(&tick, 0, sizeof(tick));
     std::memset(&transport, 0, sizeof(transport));
     std::memset(&io, 0, sizeof(io));
     std::memset(&r, 0, sizeof(r));
@@ -145,10 +182,12 @@ struct raft_node::impl {
     std::memset(&transfer, 0, sizeof(transfer));
   }
 
+  /// Opens this group's directory, transport and libraft server and
+  /// starts it (before the loop runs; `owner->groups` holds it already).
+  caf::error start(const raft_node_options& node_opts, uint16_t count);
+
   // -- on the Raft thread: raft_node.cpp -------------------------------------
 
-  /// Runs the work other threads posted; closes when asked to stop.
-  void drain();
   void close();
   /// Closes once libraft has stored everything it holds (or a bound
   /// passed); until then asked again on every loop turn.
@@ -185,16 +224,6 @@ struct raft_node::impl {
   /// raft_add (kind 0), raft_assign (1) or raft_remove (2).
   void do_change(int kind, uint64_t id, const std::string& address, int role,
                  std::function<void(int)>& done);
-
-  // -- any thread --------------------------------------------------------------
-
-  /// Queues `fn` for the Raft thread; false once stopping, or when
-  /// `bounded` and `max_queued` are queued already (raft_node.cpp).
-  bool post(std::function<void()> fn, bool bounded);
-  /// Runs `fn(done)` on the Raft thread, or fails `done` with
-  /// `RAFT_SHUTDOWN` when the node stops (raft_membership.cpp).
-  void post_change(std::function<void(int)> done,
-                   std::function<void(std::function<void(int)>&)> fn);
 };
 
 } // namespace oncegate::cluster

@@ -665,4 +665,142 @@ CAF_TEST(a failed snapshot does not leave entries waiting for nothing) {
   m.stop();
 }
 
+CAF_TEST(partitions replicate apart on one thread and one link per node) {
+  // Three nodes of three groups each: a store and a log per group.
+  constexpr uint16_t groups = 3;
+  struct node {
+    uint64_t id;
+    std::string address;
+    test::temp_dir dir;
+    std::vector<std::shared_ptr<persistence::sqlite_store>> writers, readers;
+    std::unique_ptr<raft_node> raft;
+  };
+  std::vector<std::unique_ptr<node>> nodes;
+  std::vector<member> voters;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    auto n = std::make_unique<node>();
+    n->id = id;
+    n->address = "127.0.0.1:" + std::to_string(free_port());
+    voters.push_back({id, n->address});
+    nodes.push_back(std::move(n));
+  }
+  auto start = [&](node& n) {
+    n.writers.clear();
+    n.readers.clear();
+    for (uint16_t g = 0; g < groups; ++g) {
+      persistence::store_options so;
+      so.path = n.dir.file("p" + std::to_string(g) + ".db");
+      so.sync_commits = false;
+      auto w = persistence::sqlite_store::open(so);
+      CAF_REQUIRE(w);
+      n.writers.push_back(std::move(*w));
+      auto r = persistence::sqlite_store::open_reader(so);
+      CAF_REQUIRE(r);
+      n.readers.push_back(std::move(*r));
+    }
+    raft_node_options ro;
+    ro.id = n.id;
+    ro.address = n.address;
+    ro.dir = n.dir.file("raft");
+    ro.initial = voters;
+    for (auto& v : voters)
+      ro.link.peers[v.id] = v.address;
+    ro.election_timeout_ms = 200;
+    ro.heartbeat_timeout_ms = 20;
+    auto r = raft_node::start(ro, n.writers,
+                              std::vector<raft_hooks>(groups));
+    CAF_REQUIRE(r);
+    n.raft = std::move(*r);
+  };
+  for (auto& n : nodes)
+    start(*n);
+  auto leader_of = [&](uint16_t g) -> node* {
+    for (auto& n : nodes)
+      if (n->raft && n->raft->brief(g).leader_ready)
+        return n.get();
+    return nullptr;
+  };
+  auto all_led = [&] {
+    for (uint16_t g = 0; g < groups; ++g)
+      if (leader_of(g) == nullptr)
+        return false;
+    return true;
+  };
+  CAF_REQUIRE(wait_for(all_led, 20s));
+  // Each group decides its own key, on its own leader.
+  auto key = [](uint16_t g) { return "key-of-" + std::to_string(g); };
+  for (uint16_t g = 0; g < groups; ++g) {
+    auto out = std::make_shared<outcome>();
+    leader_of(g)->raft->propose(
+      big_entry(key(g), 10),
+      [out](int st, std::vector<persistence::command_result>) {
+        out->status = st;
+        out->done = true;
+      },
+      g);
+    CAF_REQUIRE(wait_for([&] { return out->done.load(); }, 10s));
+    CAF_CHECK_EQUAL(out->status.load(), 0);
+  }
+  auto holds = [&](node& n, uint16_t g, const std::string& k) {
+    auto res = n.readers[g]->load("default", k);
+    return res && res->found;
+  };
+  auto replicated = [&] {
+    for (auto& n : nodes)
+      for (uint16_t g = 0; g < groups; ++g)
+        if (!holds(*n, g, key(g)))
+          return false;
+    return true;
+  };
+  CAF_REQUIRE(wait_for(replicated, 10s));
+  for (auto& n : nodes) {
+    CAF_CHECK_EQUAL(n->raft->groups(), groups);
+    for (uint16_t g = 0; g < groups; ++g) {
+      CAF_CHECK_EQUAL(n->raft->status(g).group, g);
+      for (uint16_t other = 0; other < groups; ++other)
+        if (other != g)
+          CAF_CHECK(!holds(*n, g, key(other)));
+      // Group 0 keeps the layout of a cluster without partitions.
+      CAF_CHECK(std::filesystem::is_directory(
+        group_dir(n->dir.file("raft"), g)));
+    }
+    auto st = n->raft->link_stats();
+    CAF_CHECK_EQUAL(st.links, 2u); // one per other node, for every group
+    CAF_CHECK_EQUAL(st.refused_hello + st.refused_frame, 0u);
+  }
+  CAF_CHECK_EQUAL(group_dir("/d/raft", 0), "/d/raft");
+  CAF_CHECK_EQUAL(group_dir("/d/raft", 7), "/d/raft-7");
+  // Leadership moves per group: group 1 to another node, group 0 stays.
+  auto lead0 = leader_of(0)->id;
+  auto from = leader_of(1);
+  uint64_t target = from->id % 3 + 1;
+  std::atomic<uint64_t> moved_to{~uint64_t{0}};
+  from->raft->transfer(target, [&](uint64_t l) { moved_to = l; }, 1);
+  CAF_REQUIRE(wait_for([&] { return moved_to.load() != ~uint64_t{0}; }, 10s));
+  CAF_CHECK_EQUAL(moved_to.load(), target);
+  CAF_CHECK(wait_for([&] { return leader_of(1) && leader_of(1)->id == target; },
+                     10s));
+  CAF_CHECK_EQUAL(leader_of(0)->id, lead0);
+  // A node restarts and reloads every group's state from its own log.
+  auto& back = *nodes[1];
+  back.raft.reset();
+  start(back);
+  CAF_CHECK(wait_for(
+    [&] {
+      for (uint16_t g = 0; g < groups; ++g) {
+        auto l = leader_of(g);
+        if (l == nullptr
+            || back.raft->status(g).applied_index
+                 < l->raft->status(g).commit_index)
+          return false;
+      }
+      return true;
+    },
+    20s));
+  for (uint16_t g = 0; g < groups; ++g)
+    CAF_CHECK(holds(back, g, key(g)));
+  for (auto& n : nodes)
+    n->raft.reset();
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
