@@ -4,6 +4,7 @@
 // between the nodes), waits until every group has a leader it knows of,
 // then does nothing for `--seconds` and reports the CPU it spent meanwhile
 // (getrusage: its Raft thread's timers, heartbeats in and out, the link).
+// It waits for the leaderships to have spread over the nodes first.
 //
 //   raft_idle --id=N --peers=1=127.0.0.1:P1,2=127.0.0.1:P2,... --dir=DIR
 //             [--groups=1] [--seconds=60] [--heartbeat-ms=50]
@@ -17,8 +18,10 @@
 // together and stops them once each printed its line).
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -128,17 +131,31 @@ int main(int argc, char** argv) {
   if (!node)
     return fail("raft_node::start failed");
   auto& raft = **node;
+  // Every group led, and the leaderships spread (raft_node balances them:
+  // each node leads floor(P/N) or ceil(P/N)), as this node sees them.
   auto all_led = [&] {
-    for (uint16_t g = 0; g < raft.groups(); ++g)
-      if (raft.brief(g).leader_id == 0)
+    std::map<uint64_t, long> led;
+    for (auto& m : ro.initial)
+      led[m.id] = 0;
+    for (uint16_t g = 0; g < raft.groups(); ++g) {
+      auto l = raft.brief(g).leader_id;
+      if (l == 0)
         return false;
-    return true;
+      ++led[l];
+    }
+    long lo = groups, hi = 0;
+    for (auto& [node, n] : led) {
+      lo = std::min(lo, n);
+      hi = std::max(hi, n);
+    }
+    return hi - lo <= 1;
   };
   auto until = clock_type::now() + std::chrono::seconds(ready);
   while (!all_led() && clock_type::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (!all_led())
-    return fail("not every group has a leader within --ready-seconds");
+    return fail("not every group has a leader, spread over the nodes, "
+                "within --ready-seconds");
   auto cpu0 = cpu_ms();
   auto t0 = clock_type::now();
   std::this_thread::sleep_for(std::chrono::seconds(seconds));

@@ -6,6 +6,7 @@
 // loop and proposals are raft_node.cpp.
 
 #include "common/logging.hpp"
+#include "replication/leader_balance.hpp"
 #include "replication/raft_node_impl.hpp"
 
 namespace oncegate::cluster {
@@ -146,6 +147,55 @@ void raft_node::impl::do_change(int kind, uint64_t id,
     std::unique_ptr<change_request> guard{c};
     c->done(rv);
   }
+}
+
+// Every loop turn, cheap unless it acts: with several groups, once every
+// group's leader stayed the same for `balance_interval_ms` (no failover
+// under way) and no transfer of this node runs, this node hands one group
+// it leads to the reachable voter that leads the fewest, if that one leads
+// at least two fewer; then it waits as long again. Every node does the
+// same with its own groups, so leaderships spread whichever node leads
+// too many, and a calm, balanced cluster moves nothing.
+void raft_node::host::balance() {
+  if (groups.size() < 2 || balance_interval_ms == 0)
+    return;
+  auto now = detail::clock_type::now();
+  auto interval = std::chrono::milliseconds(balance_interval_ms);
+  std::vector<uint64_t> view;
+  for (auto& g : groups) {
+    if (g->closing || g->close_pending || g->transfer_done)
+      return; // stopping, or a transfer of this node under way
+    view.push_back(g->current.leader_id);
+  }
+  if (view != balance_view) {
+    balance_view = std::move(view);
+    balance_view_since = now;
+    return;
+  }
+  if (now - balance_view_since < interval || now - last_move < interval)
+    return;
+  // The voters of group 0's configuration that this node reaches now.
+  auto& first = *groups[0];
+  std::vector<uint64_t> voters;
+  for (unsigned i = 0; i < first.r.configuration.n; ++i) {
+    auto& srv = first.r.configuration.servers[i];
+    if (srv.role == RAFT_VOTER
+        && (srv.id == id || link::connected(&first.transport, srv.id)))
+      voters.push_back(srv.id);
+  }
+  auto move = next_leader_move(id, balance_view, voters);
+  if (!move)
+    return;
+  last_move = now;
+  auto& g = *groups[move->group];
+  ++moves;
+  log::cluster()->info("raft.balance group={} to={} moves={}", move->group,
+                       move->to, moves);
+  g.do_transfer(move->to, [group = move->group, to = move->to](uint64_t l) {
+    if (l != to)
+      log::cluster()->info("raft.balance_missed group={} to={} leader={}",
+                           group, to, l);
+  });
 }
 
 void raft_node::host::post_change(

@@ -94,6 +94,7 @@ void raft_node::host::on_check() {
     if (g->close_pending)
       g->close_when_stored();
   }
+  balance();
 }
 
 void raft_node::host::close_when_groups_closed() {
@@ -672,6 +673,8 @@ raft_node::start(raft_node_options opts,
   auto h = std::make_unique<host>();
   auto& x = *h;
   x.max_queued = opts.max_queued;
+  x.id = opts.id;
+  x.balance_interval_ms = opts.balance_interval_ms;
   if (auto rv = uv_loop_init(&x.loop); rv != 0)
     return make_error(errc::storage_failure,
                       std::string{"uv_loop_init: "} + uv_strerror(rv));

@@ -61,6 +61,13 @@ struct raft_node_options {
   /// to another up-to-date voter, whose fresh replication state repairs it.
   /// 0: never.
   uint32_t repair_after_ms = 10000;
+  /// With several groups: how long the leaders of every group must have
+  /// stayed the same before this node hands one of its groups to a voter
+  /// that leads at least two fewer (`next_leader_move`), and the pause
+  /// after each such transfer. Each node leads floor(P/N) or ceil(P/N)
+  /// groups once the cluster is calm, again after a failover or a rejoin.
+  /// 0: never.
+  uint32_t balance_interval_ms = 2000;
   /// Tests only: runs in libuv's thread pool before each snapshot image is
   /// copied; false fails the snapshot (see
   /// `raft_fsm_adapter::before_snapshot_copy`).

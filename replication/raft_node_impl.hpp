@@ -72,6 +72,15 @@ struct raft_node::host {
   /// The host's handles are closed (every group closes or closed).
   bool handles_closed = false;
 
+  // Spreading leaderships (raft_membership.cpp, `balance`).
+  uint64_t id = 0;
+  uint32_t balance_interval_ms = 0;
+  /// Every group's leader as last seen, and since when it is so.
+  std::vector<uint64_t> balance_view;
+  detail::clock_type::time_point balance_view_since;
+  detail::clock_type::time_point last_move;
+  uint64_t moves = 0;
+
   // Work handed over by other threads.
   std::mutex queue_mtx;
   std::deque<std::function<void()>> queue;
@@ -91,6 +100,9 @@ struct raft_node::host {
   void on_check();
   /// Closes the host's handles once every group called raft_close.
   void close_when_groups_closed();
+  /// Hands one group this node leads to a voter that leads fewer, when
+  /// the leaders have been calm long enough (raft_membership.cpp).
+  void balance();
   /// Queues `fn` for the Raft thread; false once stopping, or when
   /// `bounded` and `max_queued` are queued already.
   bool post(std::function<void()> fn, bool bounded);

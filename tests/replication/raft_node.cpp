@@ -258,6 +258,83 @@ int fill_until_held(member_node& m,
   return -1;
 }
 
+// A node of several Raft groups (partitions): a store and a log per group.
+struct partitioned_node {
+  uint64_t id;
+  std::string address;
+  test::temp_dir dir;
+  std::vector<std::shared_ptr<persistence::sqlite_store>> writers, readers;
+  std::unique_ptr<raft_node> raft;
+
+  static std::vector<std::unique_ptr<partitioned_node>> three() {
+    std::vector<std::unique_ptr<partitioned_node>> out;
+    for (uint64_t id = 1; id <= 3; ++id) {
+      auto n = std::make_unique<partitioned_node>();
+      n->id = id;
+      n->address = "127.0.0.1:" + std::to_string(free_port());
+      out.push_back(std::move(n));
+    }
+    return out;
+  }
+
+  static std::vector<member>
+  voters_of(const std::vector<std::unique_ptr<partitioned_node>>& nodes) {
+    std::vector<member> out;
+    for (auto& n : nodes)
+      out.push_back({n->id, n->address});
+    return out;
+  }
+
+  // The node that is group g's ready leader, if any.
+  static partitioned_node*
+  leader_of(const std::vector<std::unique_ptr<partitioned_node>>& nodes,
+            uint16_t g) {
+    for (auto& n : nodes)
+      if (n->raft && n->raft->brief(g).leader_ready)
+        return n.get();
+    return nullptr;
+  }
+
+  void start(const std::vector<member>& voters, uint16_t groups,
+             uint32_t balance_interval_ms) {
+    raft.reset();
+    writers.clear();
+    readers.clear();
+    for (uint16_t g = 0; g < groups; ++g) {
+      persistence::store_options so;
+      so.path = dir.file("p" + std::to_string(g) + ".db");
+      so.sync_commits = false;
+      auto w = persistence::sqlite_store::open(so);
+      CAF_REQUIRE(w);
+      writers.push_back(std::move(*w));
+      auto r = persistence::sqlite_store::open_reader(so);
+      CAF_REQUIRE(r);
+      readers.push_back(std::move(*r));
+    }
+    raft_node_options ro;
+    ro.id = id;
+    ro.address = address;
+    ro.dir = dir.file("raft");
+    ro.initial = voters;
+    for (auto& v : voters)
+      ro.link.peers[v.id] = v.address;
+    ro.election_timeout_ms = 200;
+    ro.heartbeat_timeout_ms = 20;
+    ro.balance_interval_ms = balance_interval_ms;
+    auto r = raft_node::start(ro, writers, std::vector<raft_hooks>(groups));
+    CAF_REQUIRE(r);
+    raft = std::move(*r);
+  }
+
+  // Groups this node leads, as it knows them.
+  size_t leads(uint16_t groups) const {
+    size_t n = 0;
+    for (uint16_t g = 0; g < groups; ++g)
+      n += raft && raft->brief(g).leader_ready;
+    return n;
+  }
+};
+
 struct fixture {
   test::test_config cfg;
   caf::actor_system sys{cfg};
@@ -666,59 +743,16 @@ CAF_TEST(a failed snapshot does not leave entries waiting for nothing) {
 }
 
 CAF_TEST(partitions replicate apart on one thread and one link per node) {
-  // Three nodes of three groups each: a store and a log per group.
   constexpr uint16_t groups = 3;
-  struct node {
-    uint64_t id;
-    std::string address;
-    test::temp_dir dir;
-    std::vector<std::shared_ptr<persistence::sqlite_store>> writers, readers;
-    std::unique_ptr<raft_node> raft;
-  };
-  std::vector<std::unique_ptr<node>> nodes;
-  std::vector<member> voters;
-  for (uint64_t id = 1; id <= 3; ++id) {
-    auto n = std::make_unique<node>();
-    n->id = id;
-    n->address = "127.0.0.1:" + std::to_string(free_port());
-    voters.push_back({id, n->address});
-    nodes.push_back(std::move(n));
-  }
-  auto start = [&](node& n) {
-    n.writers.clear();
-    n.readers.clear();
-    for (uint16_t g = 0; g < groups; ++g) {
-      persistence::store_options so;
-      so.path = n.dir.file("p" + std::to_string(g) + ".db");
-      so.sync_commits = false;
-      auto w = persistence::sqlite_store::open(so);
-      CAF_REQUIRE(w);
-      n.writers.push_back(std::move(*w));
-      auto r = persistence::sqlite_store::open_reader(so);
-      CAF_REQUIRE(r);
-      n.readers.push_back(std::move(*r));
-    }
-    raft_node_options ro;
-    ro.id = n.id;
-    ro.address = n.address;
-    ro.dir = n.dir.file("raft");
-    ro.initial = voters;
-    for (auto& v : voters)
-      ro.link.peers[v.id] = v.address;
-    ro.election_timeout_ms = 200;
-    ro.heartbeat_timeout_ms = 20;
-    auto r = raft_node::start(ro, n.writers,
-                              std::vector<raft_hooks>(groups));
-    CAF_REQUIRE(r);
-    n.raft = std::move(*r);
+  auto nodes = partitioned_node::three();
+  auto voters = partitioned_node::voters_of(nodes);
+  auto start = [&](partitioned_node& n) {
+    n.start(voters, groups, 0); // this test moves leaderships itself
   };
   for (auto& n : nodes)
     start(*n);
-  auto leader_of = [&](uint16_t g) -> node* {
-    for (auto& n : nodes)
-      if (n->raft && n->raft->brief(g).leader_ready)
-        return n.get();
-    return nullptr;
+  auto leader_of = [&](uint16_t g) {
+    return partitioned_node::leader_of(nodes, g);
   };
   auto all_led = [&] {
     for (uint16_t g = 0; g < groups; ++g)
@@ -741,7 +775,7 @@ CAF_TEST(partitions replicate apart on one thread and one link per node) {
     CAF_REQUIRE(wait_for([&] { return out->done.load(); }, 10s));
     CAF_CHECK_EQUAL(out->status.load(), 0);
   }
-  auto holds = [&](node& n, uint16_t g, const std::string& k) {
+  auto holds = [&](partitioned_node& n, uint16_t g, const std::string& k) {
     auto res = n.readers[g]->load("default", k);
     return res && res->found;
   };
@@ -799,6 +833,40 @@ CAF_TEST(partitions replicate apart on one thread and one link per node) {
     20s));
   for (uint16_t g = 0; g < groups; ++g)
     CAF_CHECK(holds(back, g, key(g)));
+  for (auto& n : nodes)
+    n->raft.reset();
+}
+
+CAF_TEST(leaderships spread over the nodes and again after a failover and a rejoin) {
+  constexpr uint16_t groups = 6;
+  auto nodes = partitioned_node::three();
+  auto voters = partitioned_node::voters_of(nodes);
+  for (auto& n : nodes)
+    n->start(voters, groups, 300);
+  // Each node leads 2 of the 6, whoever won the first elections.
+  auto spread = [&](std::vector<size_t> want) {
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i]->leads(groups) != want[i])
+        return false;
+    return true;
+  };
+  auto report = [&] {
+    for (auto& n : nodes)
+      CAF_MESSAGE("node " << n->id << " leads " << n->leads(groups));
+  };
+  CAF_CHECK(wait_for([&] { return spread({2, 2, 2}); }, 30s));
+  report();
+  // Node 1 goes: its groups fail over to the other two, 3 each.
+  nodes[0]->raft.reset();
+  CAF_CHECK(wait_for([&] { return spread({0, 3, 3}); }, 30s));
+  report();
+  // It comes back: the others hand it two again.
+  nodes[0]->start(voters, groups, 300);
+  CAF_CHECK(wait_for([&] { return spread({2, 2, 2}); }, 30s));
+  report();
+  // That a balanced cluster moves nothing and no group goes back and forth
+  // is the rule's (replication.leader_balance): here an election on a
+  // loaded machine may move a leadership at any time.
   for (auto& n : nodes)
     n->raft.reset();
 }
