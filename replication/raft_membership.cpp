@@ -5,6 +5,10 @@
 // transfer, and the repair of a stuck follower by a transfer. The node's
 // loop and proposals are raft_node.cpp.
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "common/logging.hpp"
 #include "replication/leader_balance.hpp"
 #include "replication/raft_node_impl.hpp"
@@ -196,6 +200,53 @@ void raft_node::host::balance() {
       log::cluster()->info("raft.balance_missed group={} to={} leader={}",
                            group, to, l);
   });
+}
+
+std::size_t raft_node::hand_off(std::chrono::milliseconds bound) {
+  auto h = host_.get();
+  if (h->thread.get_id() == std::this_thread::get_id())
+    return 0;
+  struct handing {
+    std::mutex mtx;
+    std::condition_variable cv;
+    bool started = false;
+    std::size_t running = 0;
+    std::size_t moved = 0;
+  };
+  auto st = std::make_shared<handing>();
+  auto ok = h->post(
+    [h, st] {
+      std::vector<impl*> led;
+      for (auto& g : h->groups)
+        if (!g->closing && !g->close_pending && !g->transfer_done
+            && raft_state(&g->r) == RAFT_LEADER)
+          led.push_back(g.get());
+      {
+        std::lock_guard<std::mutex> guard{st->mtx};
+        st->started = true;
+        st->running = led.size();
+      }
+      st->cv.notify_all();
+      for (auto g : led) {
+        log::cluster()->info("raft.hand_off group={}", g->group);
+        g->do_transfer(0, [st, group = g->group, self = h->id](uint64_t l) {
+          log::cluster()->info("raft.handed_off group={} leader={}", group, l);
+          {
+            std::lock_guard<std::mutex> guard{st->mtx};
+            --st->running;
+            if (l != 0 && l != self)
+              ++st->moved;
+          }
+          st->cv.notify_all();
+        });
+      }
+    },
+    false);
+  if (!ok)
+    return 0;
+  std::unique_lock<std::mutex> lock{st->mtx};
+  st->cv.wait_for(lock, bound, [&] { return st->started && st->running == 0; });
+  return st->moved;
 }
 
 void raft_node::host::post_change(

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -219,6 +221,15 @@ public:
   /// leader's id (0: none yet).
   void transfer(uint64_t id, std::function<void(uint64_t)> done,
                 uint16_t group = 0);
+
+  /// Hands every group this node leads to another voter (libraft picks
+  /// the most up-to-date) and waits until each of those transfers ended or
+  /// `bound` passed: a planned stop then costs the cluster a transfer
+  /// instead of an election timeout. Returns how many groups another node
+  /// leads now. Call it right before `stop`, from any thread but the Raft
+  /// thread (there it returns 0 at once): until the node stops, others may
+  /// hand it groups again.
+  std::size_t hand_off(std::chrono::milliseconds bound);
 
   /// The last published state of a group (thread-safe).
   raft_status status(uint16_t group = 0) const;

@@ -410,9 +410,15 @@ void cluster_node::shutdown() {
   // Raft stops here, on the caller's thread, while this node still owns
   // it: left to the last owner, it could be a request's callback on the
   // Raft thread itself (see `raft_node::~raft_node`), at the actor
-  // system's teardown.
-  if (raft)
+  // system's teardown. What it leads it hands on first: the others then
+  // go on after a transfer, not after an election timeout.
+  if (raft) {
+    auto bound = std::chrono::milliseconds(
+      2 * std::max<uint32_t>(opts.raft.election_timeout_ms, 100));
+    if (auto moved = raft->hand_off(bound); moved > 0)
+      log::cluster()->info("cluster.handed_off groups={}", moved);
     raft->stop();
+  }
 }
 
 caf::expected<std::unique_ptr<cluster_node>>

@@ -871,4 +871,44 @@ CAF_TEST(leaderships spread over the nodes and again after a failover and a rejo
     n->raft.reset();
 }
 
+CAF_TEST(a node that hands off before it stops leaves leaders behind at once) {
+  constexpr uint16_t groups = 3;
+  auto nodes = partitioned_node::three();
+  auto voters = partitioned_node::voters_of(nodes);
+  for (auto& n : nodes)
+    n->start(voters, groups, 0); // nothing moves but the hand-off
+  auto all_led = [&] {
+    for (uint16_t g = 0; g < groups; ++g)
+      if (partitioned_node::leader_of(nodes, g) == nullptr)
+        return false;
+    return true;
+  };
+  CAF_REQUIRE(wait_for(all_led, 20s));
+  // The first elections' winner leads one group at least.
+  auto busiest = nodes[0].get();
+  for (auto& n : nodes)
+    if (n->leads(groups) > busiest->leads(groups))
+      busiest = n.get();
+  auto led = busiest->leads(groups);
+  CAF_REQUIRE_GREATER(led, 0u);
+  CAF_CHECK_EQUAL(busiest->raft->hand_off(10s), led);
+  // Still running, it leads nothing, and every group has another leader
+  // (without an election timeout: the old leader is alive and well).
+  CAF_CHECK(wait_for([&] { return busiest->leads(groups) == 0; }, 10s));
+  CAF_CHECK(wait_for(
+    [&] {
+      for (uint16_t g = 0; g < groups; ++g) {
+        auto l = partitioned_node::leader_of(nodes, g);
+        if (l == nullptr || l == busiest)
+          return false;
+      }
+      return true;
+    },
+    10s));
+  // Nothing left to hand: nothing moves.
+  CAF_CHECK_EQUAL(busiest->raft->hand_off(10s), 0u);
+  for (auto& n : nodes)
+    n->raft.reset();
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
