@@ -19,6 +19,7 @@
 #   BENCH_MEM_KEYS=100000/5000     live key actors, small memory measurement
 #   BENCH_MEM_KEYS_LARGE=1000000/10000  large memory measurement (0: skip)
 #   BENCH_PASSIVATE_KEYS=5000/1000 BENCH_IDLE_TIMEOUT=5s/2s  passivation check
+#   BENCH_IDLE_SECONDS=60/3        the core node idle before its load (CPU)
 #   BENCH_COLD_KEYS=100000/5000    preloaded keys for the cold-start scenario
 #   BENCH_NODE_ARGS=""             extra oncegate options for every node
 #   BENCH_MEM_ARGS="--keys.decision-cache=0"  options of the memory nodes
@@ -47,10 +48,11 @@ SMOKE=${BENCH_SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   d_secs=2 d_pool=2000 d_big=10000 d_purge=10000 d_mem=5000 d_mem_large=10000
   d_passivate=1000 d_idle=2s d_cold=5000 d_flood=300 d_purge_runs=1
+  d_idle_secs=3
 else
   d_secs=10 d_pool=10000 d_big=10000000 d_purge=1000000 d_mem=100000
   d_mem_large=1000000 d_passivate=5000 d_idle=5s d_cold=100000 d_flood=3000
-  d_purge_runs=3
+  d_purge_runs=3 d_idle_secs=60
 fi
 FLOOD_KEYS=${BENCH_FLOOD_KEYS:-$d_flood}
 SECS=${BENCH_SECONDS:-$d_secs}
@@ -65,6 +67,7 @@ MEM_KEYS=${BENCH_MEM_KEYS:-$d_mem}
 MEM_KEYS_LARGE=${BENCH_MEM_KEYS_LARGE:-$d_mem_large}
 PASSIVATE_KEYS=${BENCH_PASSIVATE_KEYS:-$d_passivate}
 IDLE_TIMEOUT=${BENCH_IDLE_TIMEOUT:-$d_idle}
+IDLE_SECS=${BENCH_IDLE_SECONDS:-$d_idle_secs}
 COLD_KEYS=${BENCH_COLD_KEYS:-$d_cold}
 SCENARIOS=${BENCH_SCENARIOS:-core redis nginx upstream big purge memory passivation cold cluster flood}
 WRK_TIMEOUT=${WRK_TIMEOUT:-10s}
@@ -424,6 +427,14 @@ sc_core() {
   measure_commit_floor
   start_node core "$data"
   log "node up on port $NODE_PORT"
+  # Idle: no request for IDLE_SECS (threads that spin show here).
+  proc_begin "$NODE_PID"
+  sleep "$IDLE_SECS"
+  proc_end 1
+  emit idle oncegate seconds "$IDLE_SECS" s
+  emit idle oncegate cpu_pct "$(awk -v c="$(pkv cpu_us)" -v s="$IDLE_SECS" 'BEGIN { printf "%.3f", c / (s * 1e4) }')" "%"
+  emit idle oncegate ctx_per_s "$(awk -v c="$(pkv ctx)" -v s="$IDLE_SECS" 'BEGIN { printf "%.1f", c / s }')" count
+  log "  idle ${IDLE_SECS}s: $(csv_value idle oncegate cpu_pct) % of one core"
   run_wrk_proc "$NODE_PID" unloaded 200 1 1 "$SECS" unique.lua "$NODE_PORT"
   emit_wrk unloaded oncegate
   emit_proc unloaded oncegate

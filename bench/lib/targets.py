@@ -108,6 +108,19 @@ def _floor_target(d):
     return None if f is None else f + 150
 
 
+def _floor_p99_target(d):
+    f = d.v("commit_floor", "sqlite_wal_full", "p99_us")
+    return None if f is None else f + 500
+
+
+def _cpu_c1_note(d):
+    a = d.v("unloaded", "oncegate", "cpu_us_per_req")
+    b = d.v("unique_c50", "oncegate", "cpu_us_per_req")
+    if a is None or b is None:
+        return ""
+    return "1 connection %.1f us, 50 connections %.1f us per request" % (a, b)
+
+
 def _floor_note(d):
     f50 = d.v("commit_floor", "sqlite_wal_full", "p50_us")
     f99 = d.v("commit_floor", "sqlite_wal_full", "p99_us")
@@ -267,6 +280,25 @@ TARGETS = [
      _floor_target, _get("unloaded", "oncegate", "p50_us"), _floor_note, 0),
     ("unloaded_p99", "Unloaded unique p99", "us", "le", _const(1000),
      _get("unloaded", "oncegate", "p99_us"), lambda d: "", 0),
+    # #31: the tail against the disk's, CPU at one connection, idle CPU,
+    # CPU against Redis.
+    ("unloaded_p99_vs_floor",
+     "Unloaded unique p99 <= bare commit p99 + 500 us", "us", "le",
+     _floor_p99_target, _get("unloaded", "oncegate", "p99_us"), _floor_note,
+     0),
+    ("cpu_c1_vs_c50",
+     "CPU per request: 1 connection / 50 connections", "x", "le",
+     _const(2), _ratio(("unloaded", "oncegate", "cpu_us_per_req"),
+                       ("unique_c50", "oncegate", "cpu_us_per_req")),
+     _cpu_c1_note, 2),
+    ("idle_cpu", "Idle node (no traffic): CPU, % of one core", "%", "le",
+     _const(1), _get("idle", "oncegate", "cpu_pct"),
+     lambda d: "over %s s" % _fmt(d.v("idle", "oncegate", "seconds")), 2),
+    ("cpu_vs_redis_always",
+     "CPU per unique request / Redis appendfsync always per SET (50 "
+     "connections)", "x", "le", _const(2.5),
+     _ratio(("unique_c50", "oncegate", "cpu_us_per_req"),
+            ("unique_c50", "redis_always", "cpu_us_per_req")), _cpu_note, 2),
     ("cluster_follower_unloaded_p50",
      "3-node cluster, unloaded via a follower: p50", "us", "le",
      _const(1000), _get("cluster3_follower_unloaded", "oncegate_cluster3",

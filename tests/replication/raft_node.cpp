@@ -285,6 +285,16 @@ struct partitioned_node {
     return out;
   }
 
+  // Three nodes of `groups` groups each, started.
+  static std::vector<std::unique_ptr<partitioned_node>>
+  start_three(uint16_t groups, uint32_t balance_interval_ms) {
+    auto nodes = three();
+    auto voters = voters_of(nodes);
+    for (auto& n : nodes)
+      n->start(voters, groups, balance_interval_ms);
+    return nodes;
+  }
+
   // The node that is group g's ready leader, if any.
   static partitioned_node*
   leader_of(const std::vector<std::unique_ptr<partitioned_node>>& nodes,
@@ -744,13 +754,9 @@ CAF_TEST(a failed snapshot does not leave entries waiting for nothing) {
 
 CAF_TEST(partitions replicate apart on one thread and one link per node) {
   constexpr uint16_t groups = 3;
-  auto nodes = partitioned_node::three();
+  // This test moves leaderships itself.
+  auto nodes = partitioned_node::start_three(groups, 0);
   auto voters = partitioned_node::voters_of(nodes);
-  auto start = [&](partitioned_node& n) {
-    n.start(voters, groups, 0); // this test moves leaderships itself
-  };
-  for (auto& n : nodes)
-    start(*n);
   auto leader_of = [&](uint16_t g) {
     return partitioned_node::leader_of(nodes, g);
   };
@@ -818,7 +824,7 @@ CAF_TEST(partitions replicate apart on one thread and one link per node) {
   // A node restarts and reloads every group's state from its own log.
   auto& back = *nodes[1];
   back.raft.reset();
-  start(back);
+  back.start(voters, groups, 0);
   CAF_CHECK(wait_for(
     [&] {
       for (uint16_t g = 0; g < groups; ++g) {
@@ -839,10 +845,8 @@ CAF_TEST(partitions replicate apart on one thread and one link per node) {
 
 CAF_TEST(leaderships spread over the nodes and again after a failover and a rejoin) {
   constexpr uint16_t groups = 6;
-  auto nodes = partitioned_node::three();
+  auto nodes = partitioned_node::start_three(groups, 300);
   auto voters = partitioned_node::voters_of(nodes);
-  for (auto& n : nodes)
-    n->start(voters, groups, 300);
   // Each node leads 2 of the 6, whoever won the first elections.
   auto spread = [&](std::vector<size_t> want) {
     for (size_t i = 0; i < nodes.size(); ++i)
@@ -873,10 +877,8 @@ CAF_TEST(leaderships spread over the nodes and again after a failover and a rejo
 
 CAF_TEST(a node that hands off before it stops leaves leaders behind at once) {
   constexpr uint16_t groups = 3;
-  auto nodes = partitioned_node::three();
-  auto voters = partitioned_node::voters_of(nodes);
-  for (auto& n : nodes)
-    n->start(voters, groups, 0); // nothing moves but the hand-off
+  // Nothing moves but the hand-off.
+  auto nodes = partitioned_node::start_three(groups, 0);
   auto all_led = [&] {
     for (uint16_t g = 0; g < groups; ++g)
       if (partitioned_node::leader_of(nodes, g) == nullptr)
