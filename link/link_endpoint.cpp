@@ -761,8 +761,14 @@ void close(raft_uv_transport* t) {
         return q && q.get() != &p && !q->freed;
       })) {
     // Other groups still use the endpoint: this transport is done with.
-    if (!p.closing && p.initialised)
-      log::cluster()->error("link.close_while_open group={}", p.group);
+    // One libraft never closed (it never started) is closed here, so that
+    // nothing reaches its libraft and the last group's close finds every
+    // other group closed.
+    if (!p.closing) {
+      p.closing = true;
+      p.accept_cb = nullptr;
+      x->close_group(&p);
+    }
     p.freed = true;
     t->impl = nullptr;
     return;

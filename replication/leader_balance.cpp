@@ -5,9 +5,10 @@
 
 namespace oncegate::cluster {
 
-std::optional<leader_move> next_leader_move(uint64_t self,
-                                            const std::vector<uint64_t>& leaders,
-                                            const std::vector<uint64_t>& voters) {
+std::optional<leader_move>
+next_leader_move(uint64_t self, const std::vector<uint64_t>& leaders,
+                 const std::vector<uint64_t>& voters,
+                 const std::function<bool(uint16_t, uint64_t)>& eligible) {
   if (std::find(voters.begin(), voters.end(), self) == voters.end())
     return std::nullopt;
   std::map<uint64_t, size_t> led; // ordered: ties go to the lowest id
@@ -19,14 +20,19 @@ std::optional<leader_move> next_leader_move(uint64_t self,
     if (auto i = led.find(l); i != led.end())
       ++i->second;
   }
+  auto most = led.begin();
   auto fewest = led.begin();
-  for (auto i = led.begin(); i != led.end(); ++i)
+  for (auto i = led.begin(); i != led.end(); ++i) {
+    if (i->second > most->second)
+      most = i;
     if (i->second < fewest->second)
       fewest = i;
-  if (fewest->first == self || led[self] < fewest->second + 2)
+  }
+  if (most->first != self || most->second < fewest->second + 2)
     return std::nullopt;
   for (size_t g = 0; g < leaders.size(); ++g)
-    if (leaders[g] == self)
+    if (leaders[g] == self
+        && (!eligible || eligible(static_cast<uint16_t>(g), fewest->first)))
       return leader_move{static_cast<uint16_t>(g), fewest->first};
   return std::nullopt;
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -13,17 +14,24 @@ struct leader_move {
 };
 
 /// What node `self` should do so that every voter leads floor(P/N) or
-/// ceil(P/N) of the P groups: hand one group it leads to the voter that
-/// leads the fewest, when that voter leads at least two fewer than `self`
-/// (so a move always narrows the spread: no two nodes hand the same group
-/// back and forth, and a balanced cluster moves nothing). `leaders[g]` is
-/// group g's leader as `self` knows it (0: none); `voters` are the nodes a
-/// group may be handed to (members with a vote that `self` reaches now).
-/// Nothing while any group has no leader (a failover is under way) or
-/// `self` is not among `voters`. Ties: the lowest group `self` leads, to
-/// the lowest id among the voters with the fewest. Pure.
-std::optional<leader_move> next_leader_move(uint64_t self,
-                                            const std::vector<uint64_t>& leaders,
-                                            const std::vector<uint64_t>& voters);
+/// ceil(P/N) of the P groups. `leaders[g]` is group g's leader as `self`
+/// knows it (0: none); `voters` are the nodes a group may be handed to
+/// (members with a vote that `self` reaches now); `eligible(g, to)` says
+/// whether `to` may take group g now (a voter of that group, caught up).
+///
+/// One move at a time in the whole cluster, so that nodes deciding from
+/// the same view never pile onto one target: only the node of the lowest
+/// id among those that lead the most moves, and only when it leads at
+/// least two more than the voter of the lowest id among those that lead
+/// the fewest (the target); it hands that voter its lowest group the
+/// target is eligible for. Every move narrows the spread, so no group goes
+/// back and forth, and a balanced cluster moves nothing. Nothing while any
+/// group has no leader (a failover is under way) or `self` is not among
+/// `voters`. Pure.
+std::optional<leader_move>
+next_leader_move(uint64_t self, const std::vector<uint64_t>& leaders,
+                 const std::vector<uint64_t>& voters,
+                 const std::function<bool(uint16_t, uint64_t)>& eligible
+                 = nullptr);
 
 } // namespace oncegate::cluster

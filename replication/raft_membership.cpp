@@ -154,12 +154,13 @@ void raft_node::impl::do_change(int kind, uint64_t id,
 }
 
 // Every loop turn, cheap unless it acts: with several groups, once every
-// group's leader stayed the same for `balance_interval_ms` (no failover
-// under way) and no transfer of this node runs, this node hands one group
-// it leads to the reachable voter that leads the fewest, if that one leads
-// at least two fewer; then it waits as long again. Every node does the
-// same with its own groups, so leaderships spread whichever node leads
-// too many, and a calm, balanced cluster moves nothing.
+// group's leader and the voters this node reaches stayed the same for
+// `balance_interval_ms` (no failover or rejoin under way) and no transfer
+// of this node runs, this node hands one group it leads to a reachable,
+// caught-up voter that leads at least two fewer, if it is the one node of
+// the cluster that should move (`next_leader_move`); then it waits as long
+// again. So leaderships spread one move at a time, and a calm, balanced
+// cluster moves nothing.
 void raft_node::host::balance() {
   if (groups.size() < 2 || balance_interval_ms == 0)
     return;
@@ -171,13 +172,6 @@ void raft_node::host::balance() {
       return; // stopping, or a transfer of this node under way
     view.push_back(g->current.leader_id);
   }
-  if (view != balance_view) {
-    balance_view = std::move(view);
-    balance_view_since = now;
-    return;
-  }
-  if (now - balance_view_since < interval || now - last_move < interval)
-    return;
   // The voters of group 0's configuration that this node reaches now.
   auto& first = *groups[0];
   std::vector<uint64_t> voters;
@@ -187,7 +181,29 @@ void raft_node::host::balance() {
         && (srv.id == id || link::connected(&first.transport, srv.id)))
       voters.push_back(srv.id);
   }
-  auto move = next_leader_move(id, balance_view, voters);
+  auto leaders = view;
+  view.push_back(0); // the voters follow the leaders in the calm view
+  view.insert(view.end(), voters.begin(), voters.end());
+  if (view != balance_view) {
+    balance_view = std::move(view);
+    balance_view_since = now;
+    return;
+  }
+  if (now - balance_view_since < interval || now - last_move < interval)
+    return;
+  // A voter of that group, caught up with what this leader committed.
+  auto eligible = [this](uint16_t group, uint64_t to) {
+    auto& r = groups[group]->r;
+    if (raft_state(&r) != RAFT_LEADER)
+      return false;
+    for (unsigned i = 0; i < r.configuration.n; ++i)
+      if (r.configuration.servers[i].id == to)
+        return r.configuration.servers[i].role == RAFT_VOTER
+               && r.leader_state.progress[i].recent_recv
+               && r.leader_state.progress[i].match_index >= r.commit_index;
+    return false;
+  };
+  auto move = next_leader_move(id, leaders, voters, eligible);
   if (!move)
     return;
   last_move = now;

@@ -250,12 +250,18 @@ void raft_node::impl::refresh() {
     auto rv = raft_barrier(&r, &barrier, [](struct ::raft_barrier* req, int st) {
       auto self = static_cast<impl*>(req->data);
       self->barrier_pending = false;
-      if (st == 0 && raft_state(&self->r) == RAFT_LEADER)
+      if (st == 0 && raft_state(&self->r) == RAFT_LEADER) {
         self->ready_term = self->r.current_term;
-      else
-        log::cluster()->warn("raft.barrier_failed status={}",
-                             raft_strerror(st));
-      self->refresh();
+        self->refresh(); // ready at once
+        return;
+      }
+      // A failed barrier is failed by a leader that steps down, from inside
+      // libraft's conversion: its state still reads leader there, with its
+      // replication state freed, and a refresh would propose the next
+      // barrier into it (a crash, seen when a leader that had just lost its
+      // quorum handed off before stopping). The check after this loop turn
+      // refreshes.
+      log::cluster()->warn("raft.barrier_failed status={}", raft_strerror(st));
     });
     if (rv != 0) {
       barrier_pending = false;
@@ -527,13 +533,18 @@ void raft_node::serve(
 }
 
 void raft_node::reply(const link::served& to, link::answer ans) {
-  auto self = &group(to.group < groups() ? to.group : 0);
+  auto h = host_.get();
   // Unbounded: an answer is owed (its request was admitted within the
-  // link's own bounds); dropped only when the node stops.
-  host_->post(
-    [self, to, ans = std::move(ans)]() mutable {
-      if (!self->closing)
-        link::reply(&self->transport, to, std::move(ans));
+  // link's own bounds); dropped only when the node stops. Any group's
+  // transport that is still open reaches the endpoint (groups close one
+  // by one when the node stops).
+  h->post(
+    [h, to, ans = std::move(ans)]() mutable {
+      for (auto& g : h->groups)
+        if (!g->closing) {
+          link::reply(&g->transport, to, std::move(ans));
+          return;
+        }
     },
     false);
 }

@@ -225,8 +225,9 @@ public:
   /// Hands every group this node leads to another voter (libraft picks
   /// the most up-to-date) and waits until each of those transfers ended or
   /// `bound` passed: a planned stop then costs the cluster a transfer
-  /// instead of an election timeout. Returns how many groups another node
-  /// leads now. Call it right before `stop`, from any thread but the Raft
+  /// instead of an election timeout (a group whose transfer is already
+  /// under way, a balancing move or a repair, is left to it). Returns how
+  /// many of the groups it handed another node leads now. Call it right before `stop`, from any thread but the Raft
   /// thread (there it returns 0 at once): until the node stops, others may
   /// hand it groups again.
   std::size_t hand_off(std::chrono::milliseconds bound);

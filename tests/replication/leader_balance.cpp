@@ -28,7 +28,7 @@ move_of(uint64_t self, const leaders& l, const std::vector<uint64_t>& voters) {
 
 } // namespace
 
-CAF_TEST(a node hands a group only to a voter that leads two fewer) {
+CAF_TEST(one node moves one group to a voter that leads two fewer) {
   std::vector<uint64_t> v{1, 2, 3};
   using mv = std::optional<std::pair<uint16_t, uint64_t>>;
   // 8 groups over 3 nodes: 3/3/2 is balanced; nothing moves.
@@ -39,6 +39,9 @@ CAF_TEST(a node hands a group only to a voter that leads two fewer) {
   CAF_CHECK(move_of(1, {2, 1, 1, 1, 2, 3, 1, 3}, v) == (mv{{1, 2}}));
   // Only the node that leads too many moves anything.
   CAF_CHECK(move_of(2, {2, 1, 1, 1, 2, 3, 1, 3}, v) == mv{});
+  // Two lead the most: only the lower id moves (one move at a time).
+  CAF_CHECK(move_of(1, {1, 1, 1, 2, 2, 2}, {1, 2, 3}) == (mv{{0, 3}}));
+  CAF_CHECK(move_of(2, {1, 1, 1, 2, 2, 2}, {1, 2, 3}) == mv{});
   // All on one node: it starts handing them to the lowest others.
   CAF_CHECK(move_of(3, {3, 3, 3, 3}, v) == (mv{{0, 1}}));
   // One group over three nodes: 1/0/0 is balanced.
@@ -50,6 +53,22 @@ CAF_TEST(a node hands a group only to a voter that leads two fewer) {
   CAF_CHECK(move_of(1, {1, 1, 1, 1}, {2, 3}) == mv{});
   // A leader that is no voter any more (removed) counts for nobody.
   CAF_CHECK(move_of(1, {1, 1, 1, 4}, v) == (mv{{0, 2}}));
+  // The lowest group the target may take (a voter of it, caught up).
+  auto not_group_0 = [](uint16_t g, uint64_t) { return g != 0; };
+  CAF_CHECK(next_leader_move(3, {3, 3, 3, 3}, v, not_group_0)->group == 1);
+  CAF_CHECK(!next_leader_move(3, {3, 3, 3, 3}, v,
+                              [](uint16_t, uint64_t) { return false; }));
+}
+
+CAF_TEST(nodes deciding from the same view never pile onto one target) {
+  // Five nodes, eight groups, node 5 just rejoined (it leads none): every
+  // node decides from the same view before any move lands.
+  std::vector<uint64_t> v{1, 2, 3, 4, 5};
+  leaders l{1, 1, 2, 2, 3, 3, 4, 4};
+  size_t moves = 0;
+  for (auto self : v)
+    moves += next_leader_move(self, l, v).has_value();
+  CAF_CHECK_EQUAL(moves, 1u);
 }
 
 CAF_TEST(following the rule from any start ends balanced and never moves back) {
@@ -63,17 +82,21 @@ CAF_TEST(following the rule from any start ends balanced and never moves back) {
         std::map<uint16_t, uint64_t> last_from;
         size_t moves = 0;
         for (bool moved = true; moved && moves < 1000;) {
-          moved = false;
+          // Every node decides from the same view, then the moves land.
+          std::vector<leader_move> round;
           for (auto self : v)
-            if (auto m = next_leader_move(self, l, v)) {
-              // A group never goes back to the node that just gave it.
-              auto back = last_from.find(m->group);
-              CAF_CHECK(back == last_from.end() || back->second != m->to);
-              last_from[m->group] = self;
-              l[m->group] = m->to;
-              moved = true;
-              ++moves;
-            }
+            if (auto m = next_leader_move(self, l, v))
+              round.push_back(*m);
+          CAF_CHECK_LESS_OR_EQUAL(round.size(), 1u);
+          moved = !round.empty();
+          for (auto& m : round) {
+            // A group never goes back to the node that just gave it.
+            auto back = last_from.find(m.group);
+            CAF_CHECK(back == last_from.end() || back->second != m.to);
+            last_from[m.group] = l[m.group];
+            l[m.group] = m.to;
+            ++moves;
+          }
         }
         std::map<uint64_t, size_t> led;
         for (auto x : l)

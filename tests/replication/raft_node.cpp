@@ -913,4 +913,19 @@ CAF_TEST(a node that hands off before it stops leaves leaders behind at once) {
     n->raft.reset();
 }
 
+CAF_TEST(a leader alone hands off to nobody and still stops cleanly) {
+  auto nodes = partitioned_node::start_three(1, 0);
+  partitioned_node* leader = nullptr;
+  CAF_REQUIRE(wait_for(
+    [&] { return (leader = partitioned_node::leader_of(nodes, 0)) != nullptr; },
+    20s));
+  // The two others go: the leader has nobody to hand its group to.
+  for (auto& n : nodes)
+    if (n.get() != leader)
+      n->raft.reset();
+  CAF_CHECK_EQUAL(leader->raft->hand_off(10s), 0u);
+  leader->raft->stop();
+  leader->raft.reset();
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
