@@ -369,7 +369,25 @@ class LocalNode(Endpoint):
             return []
 
     def hang(self):
+        """SIGSTOP, and wait until the whole process has stopped: kill()
+        returns before the group stop completes, and meanwhile the node's
+        other threads run on (a follower still appends and acknowledges
+        what the leader sends, for milliseconds; a test that then expects
+        nothing to commit sees claims commit). The parent hears of the stop
+        once the last thread stopped (waitpid, WUNTRACED)."""
         self.proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while True:
+            pid, status = os.waitpid(self.proc.pid, os.WUNTRACED | os.WNOHANG)
+            if pid and os.WIFSTOPPED(status):
+                break
+            if pid:  # it exited meanwhile: Popen must know
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                raise DrillError("node %s did not stop within %ss of SIGSTOP"
+                                 % (self.id, STOP_TIMEOUT))
+            time.sleep(0.0005)
         self.state = "hung"
 
     def resume(self):
