@@ -378,15 +378,6 @@ bool endpoint::all_closed() const {
          && dialers.empty();
 }
 
-raft_uv_transport* endpoint::iface_of(uint16_t g) const {
-  if (g < ports.size() && ports[g])
-    return ports[g]->iface;
-  for (auto& p : ports)
-    if (p)
-      return p->iface;
-  return nullptr;
-}
-
 // A group that closes alone is done when libraft has heard of its connects
 // (its streams' ends are libraft's own to close); the last group when
 // everything is.

@@ -398,8 +398,6 @@ struct endpoint {
   void maybe_fire_close();
   /// Whether nothing of the endpoint is open on the loop any more.
   bool all_closed() const;
-  /// The transport to name in an error message: group `g`'s, else any.
-  raft_uv_transport* iface_of(uint16_t g) const;
   /// Writes every connection's coalesced frames.
   void flush_all();
 };
