@@ -47,6 +47,41 @@ std::string cluster_json(const cluster_info& c) {
     out += c.members[i].role;
     out += "\"}";
   }
+  out += R"(],"partitions":[)";
+  for (size_t i = 0; i < c.partitions.size(); ++i) {
+    auto& p = c.partitions[i];
+    if (i > 0)
+      out += ',';
+    out += R"({"partition":)";
+    out += std::to_string(p.partition);
+    out += R"(,"role":")";
+    out += p.role;
+    out += R"(","leader_id":)";
+    out += std::to_string(p.leader_id);
+    out += R"(,"leader_ready":)";
+    out += p.leader_ready ? "true" : "false";
+    out += R"(,"term":)";
+    out += std::to_string(p.term);
+    out += R"(,"commit_index":)";
+    out += std::to_string(p.commit_index);
+    out += R"(,"applied_index":)";
+    out += std::to_string(p.applied_index);
+    out += R"(,"last_index":)";
+    out += std::to_string(p.last_index);
+    out += R"(,"lag":)";
+    out += std::to_string(p.commit_index > p.applied_index
+                            ? p.commit_index - p.applied_index
+                            : 0);
+    out += R"(,"leader_changes":)";
+    out += std::to_string(p.leader_changes);
+    out += R"(,"voters":[)";
+    for (size_t v = 0; v < p.voters.size(); ++v) {
+      if (v > 0)
+        out += ',';
+      out += std::to_string(p.voters[v]);
+    }
+    out += "]}";
+  }
   out += "]}";
   return out;
 }
@@ -95,6 +130,7 @@ void serve_cluster_admin(node_service& node, const http_request& req,
   }
   cluster_op op;
   std::optional<uint64_t> id;
+  uint16_t partition = 0;
   constexpr std::string_view members = "/v1/cluster/members/";
   if (path == "/v1/cluster/transfer") {
     if (req.method != "POST")
@@ -105,6 +141,12 @@ void serve_cluster_admin(node_service& node, const http_request& req,
       id = *to == "0" ? std::optional<uint64_t>{0} : parse_node_id(*to);
       if (!id)
         return done(bad_request("to must be a node id"));
+    }
+    if (auto which = query_param(req.target, "partition")) {
+      auto value = parse_digits(*which, 3);
+      if (!value || *value > 255)
+        return done(bad_request("partition must be 0..255"));
+      partition = static_cast<uint16_t>(*value);
     }
   } else if (path.substr(0, members.size()) == members) {
     id = parse_node_id(path.substr(members.size()));
@@ -122,7 +164,7 @@ void serve_cluster_admin(node_service& node, const http_request& req,
   if (!info.enabled)
     return done(make_problem({409, "not-a-cluster", "Not a cluster",
                               "this node runs without cluster.id"}));
-  node.change_cluster(op, *id, [done](reply<uint64_t> rep) {
+  node.change_cluster(op, *id, partition, [done](reply<uint64_t> rep) {
     done(change_answer(rep));
   });
 }

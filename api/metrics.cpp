@@ -290,6 +290,40 @@ std::string gateway_metrics::render(const node_metrics& node) const {
            c.proposals_failed);
     metric(out, "oncegate_raft_members", "gauge",
            "Members of the Raft configuration.", c.members.size());
+    // Per partition (at most 256 series each, cluster.partitions).
+    auto per_partition = [&out, &c](const char* name, const char* type,
+                                    const char* help, auto value) {
+      header(out, name, type, help);
+      for (auto& p : c.partitions) {
+        out += name;
+        out += "{partition=\"";
+        out += std::to_string(p.partition);
+        out += "\"} ";
+        out += std::to_string(value(p));
+        out += '\n';
+      }
+    };
+    per_partition("oncegate_partition_is_leader", "gauge",
+                  "1 while this node leads the partition.",
+                  [](const partition_info& p) { return p.role == "leader"; });
+    per_partition("oncegate_partition_leader_ready", "gauge",
+                  "1 while this node is the partition's ready leader.",
+                  [](const partition_info& p) { return p.leader_ready; });
+    per_partition("oncegate_partition_leader_id", "gauge",
+                  "Id of the partition's known leader (0: none).",
+                  [](const partition_info& p) { return p.leader_id; });
+    per_partition("oncegate_partition_term", "gauge",
+                  "The partition's current Raft term.",
+                  [](const partition_info& p) { return p.term; });
+    per_partition("oncegate_partition_commit_index", "gauge",
+                  "The partition's highest log index known committed.",
+                  [](const partition_info& p) { return p.commit_index; });
+    per_partition("oncegate_partition_applied_index", "gauge",
+                  "The partition's highest log index applied here.",
+                  [](const partition_info& p) { return p.applied_index; });
+    per_partition("oncegate_partition_leader_changes_total", "counter",
+                  "Times this node saw the partition's leader change.",
+                  [](const partition_info& p) { return p.leader_changes; });
     metric(out, "oncegate_background_retries", "gauge",
            "Record transitions retried in the background (no leader).",
            c.background_retries);

@@ -127,6 +127,14 @@ void redelivery::take(reply<delivery_queue> rep,
 void redelivery::attempt(record rec, const route_config& route,
                          node_service::delivery_turn turn) {
   auto routing = routing_key(rec.route, rec.key);
+  // The fence of the record's own partition (a cluster node may lead some
+  // partitions and not others; the queue it read holds only its own).
+  turn = node_.delivery_of(rec.route, rec.key);
+  if (!turn.mine) {
+    fwd_.after(std::chrono::milliseconds(0),
+               [this, routing] { finished(routing); });
+    return;
+  }
   record_update start;
   start.route = rec.route;
   start.key = rec.key;
@@ -207,6 +215,11 @@ void redelivery::reconcile(record rec, const route_config& route,
                : rec.next_attempt_ms;
   if (now < due || rec.reconciles >= policy.attempts
       || running_ >= opts_.max_running)
+    return;
+  // Only the ready leader of the record's partition asks (the list holds
+  // every partition's records).
+  turn = node_.delivery_of(rec.route, rec.key);
+  if (!turn.mine)
     return;
   auto sent_key = forwarded_key(rec.key);
   // A key that a normaliser could turn into another path is never asked

@@ -255,7 +255,7 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
       // claim carries what another attempt needs.
       job->attempt = 1;
       job->delivery = &route.delivery;
-      job->term = node_.delivery().term;
+      job->term = node_.delivery_of(claim.route, claim.key).term;
       claim.deliver_by_ms = now + route.delivery.deadline.count();
       job->deliver_by_ms = claim.deliver_by_ms;
       claim.signal_type = job->content_type;

@@ -155,6 +155,10 @@ node_config::node_config() {
     .add(cluster_insecure, "insecure",
          "talk to the other nodes in plain text, without authentication "
          "(anyone who reaches the ports controls the cluster)")
+    .add(cluster_partitions, "partitions",
+         "Raft groups (partitions) the keys are spread over, 1..256, each "
+         "with its own leader; the same on every node and fixed when the "
+         "cluster is created")
     .add(repair_after, "repair-after",
          "a follower that answers but stays behind this long is repaired: "
          "the leader hands leadership to an up-to-date voter (0: never)")
@@ -252,12 +256,12 @@ const std::vector<help_group>& node_config::help_groups() {
       {"cluster.leader-wait", "look for a ready leader (503 beyond)"},
       {"cluster.max-clock-offset", "not ready beyond this clock offset"},
       {"cluster.remote-timeout", "bound on requests to other nodes"}},
-     {"cluster.heartbeat-timeout", "cluster.repair-after", "cluster.snapshot-threshold",
-      "cluster.snapshot-trailing", "cluster.max-peer-message",
-      "cluster.max-outstanding", "cluster.max-entry-bytes",
-      "cluster.max-log-bytes", "cluster.max-held-bytes", "cluster.max-hold",
-      "cluster.max-background",
-      "cluster.max-background-bytes"}},
+     {"cluster.partitions", "cluster.repair-after", "cluster.max-hold",
+      "cluster.max-held-bytes", "cluster.heartbeat-timeout",
+      "cluster.snapshot-threshold", "cluster.snapshot-trailing",
+      "cluster.max-peer-message", "cluster.max-outstanding",
+      "cluster.max-entry-bytes", "cluster.max-log-bytes",
+      "cluster.max-background", "cluster.max-background-bytes"}},
     {"admin",
      {},
      {{"admin.token-env", "environment variable holding the admin token"},
@@ -516,6 +520,8 @@ std::string node_config::validate() const {
       return "cluster.election-timeout must exceed cluster.heartbeat-timeout";
     if (max_outstanding < 1)
       return "cluster.max-outstanding must be positive";
+    if (cluster_partitions < 1 || cluster_partitions > link::max_groups)
+      return "cluster.partitions must be within 1..256";
     // A full entry must fit beside the entries a snapshot keeps behind it
     // (about a quarter of the bound), or it could wait for nothing.
     if (max_log_bytes > 0 && max_entry_bytes > max_log_bytes / 4)
@@ -879,6 +885,7 @@ node_config::cluster_opts(std::string& error) const {
   res.raft.max_held_bytes = max_held_bytes;
   res.raft.max_hold_ms = static_cast<uint32_t>(to_ms(max_hold).count());
   res.store.max_outstanding = static_cast<uint32_t>(max_outstanding);
+  res.partitions = static_cast<uint16_t>(cluster_partitions);
   res.remote_timeout = remote_timeout;
   res.bridge_actors = gateway_actors;
   res.raft.link.member_sources_only = member_sources_only;

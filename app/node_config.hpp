@@ -241,6 +241,9 @@ public:
   size_t max_background_bytes =
     routed_service_options{}.max_background_bytes;
   size_t max_outstanding = 4;
+  /// Raft groups the keys are spread over (fixed when the cluster is
+  /// created; stored in the data dir and checked at every start).
+  size_t cluster_partitions = cluster::cluster_options{}.partitions;
   caf::timespan repair_after = std::chrono::milliseconds(
     cluster::raft_node_options{}.repair_after_ms);
   /// Mutual TLS between the nodes (Raft and the nodes' actors): the

@@ -240,7 +240,7 @@ void print_help(const node_config& cfg, const std::string& version) {
   print_usage(version);
   std::cout << "--long-help: every option in full, the actor framework's "
                "(CAF) too. No secret is printed.\n";
-  constexpr size_t width = 92;
+  constexpr size_t width = 99;
   for (auto& group : node_config::help_groups()) {
     std::cout << '\n' << group.title << ":\n";
     for (auto note : group.notes)
@@ -510,14 +510,21 @@ int run_node(int argc, char** argv, const run_options& ro) {
     cluster::cluster_hooks hooks;
     hooks.on_applied = [caches, offsets, raft_ref,
                         off = std::make_shared<bool>(false)](
+                         uint16_t group,
                          const std::vector<persistence::command>& cmds,
                          const std::vector<persistence::command_result>&) {
       caches->applied(cmds);
-      // Runs on the Raft thread only, hence the plain `off`.
+      // Runs on the Raft thread only, hence the plain `off`. The entries
+      // of a partition this node leads carry its own stamps: they measure
+      // nothing; a node that leads every partition is the cluster's clock.
       auto r = raft_ref->load(std::memory_order_acquire);
-      if (r != nullptr && r->brief().role == cluster::raft_role::leader)
-        offsets->lead();
-      else if (auto stamp = persistence::leader_stamp(cmds); stamp > 0)
+      if (r != nullptr && r->brief(group).role == cluster::raft_role::leader) {
+        bool all = true;
+        for (uint16_t g = 0; all && g < r->groups(); ++g)
+          all = r->brief(g).role == cluster::raft_role::leader;
+        if (all)
+          offsets->lead();
+      } else if (auto stamp = persistence::leader_stamp(cmds); stamp > 0)
         offsets->observe(stamp);
       auto now = offsets->read();
       if (now.exceeded != *off) {
@@ -531,7 +538,7 @@ int run_node(int argc, char** argv, const run_options& ro) {
           log::cluster()->info("clock.offset_ok offset_ms={}", now.offset_ms);
       }
     };
-    hooks.on_restored = [caches] { caches->restored(); };
+    hooks.on_restored = [caches](uint16_t) { caches->restored(); };
     hooks.on_unavailable = [stopper] {
       log::cluster()->critical("node.exiting code={} reason=raft_unavailable "
                                "(the supervisor restarts it)",

@@ -54,10 +54,18 @@ std::string member_target(uint64_t id) {
   return "/v1/cluster/members/" + std::to_string(id);
 }
 
-std::string transfer_target(uint64_t to) {
-  if (to == 0)
-    return "/v1/cluster/transfer";
-  return "/v1/cluster/transfer?to=" + std::to_string(to);
+std::string transfer_target(uint64_t to, uint16_t partition) {
+  std::string out = "/v1/cluster/transfer";
+  char sep = '?';
+  if (to != 0) {
+    out += "?to=" + std::to_string(to);
+    sep = '&';
+  }
+  if (partition != 0) {
+    out += sep;
+    out += "partition=" + std::to_string(partition);
+  }
+  return out;
 }
 
 } // namespace oncegate::cli

@@ -30,6 +30,6 @@ std::string list_target(std::string_view route, std::string_view state,
 std::string member_target(uint64_t id);
 
 /// `/v1/cluster/transfer[?to=ID]` (0: any voter).
-std::string transfer_target(uint64_t to);
+std::string transfer_target(uint64_t to, uint16_t partition = 0);
 
 } // namespace oncegate::cli

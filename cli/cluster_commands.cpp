@@ -91,6 +91,22 @@ exit_code run_status(command_context& ctx, const command_spec&,
            id == leader ? "*" : ""});
   }
   t.print(ctx.out);
+  // Every partition (a cluster without partitions has one, partition 0,
+  // whose fields are the ones above).
+  auto parts = st->if_contains("partitions");
+  if (parts && parts->is_array() && parts->get_array().size() > 1) {
+    ctx.out << '\n';
+    table pt{{"PARTITION", "LEADER", "ROLE", "TERM", "APPLIED", "LAG"}};
+    for (auto& p : parts->get_array()) {
+      auto obj = p.if_object();
+      if (!obj)
+        return malformed_answer(ctx, "a partition is not a JSON object");
+      pt.add({member_text(*obj, "partition"), member_text(*obj, "leader_id"),
+              member_text(*obj, "role"), member_text(*obj, "term"),
+              member_text(*obj, "applied_index"), member_text(*obj, "lag")});
+    }
+    pt.print(ctx.out);
+  }
   return exit_code::ok;
 }
 
@@ -118,9 +134,16 @@ exit_code run_transfer(command_context& ctx, const command_spec& self,
                          "--to must be a node id (0: any voter)");
     to = *id;
   }
+  uint16_t partition = 0;
+  if (auto text = args.value("partition")) {
+    auto value = parse_number(*text, 255);
+    if (!value)
+      return usage_error(ctx.err, self, "--partition must be 0..255");
+    partition = static_cast<uint16_t>(*value);
+  }
   node_request req;
   req.method = "POST";
-  req.target = transfer_target(to);
+  req.target = transfer_target(to, partition);
   auto got = call(ctx, req);
   if (auto code = std::get_if<exit_code>(&got))
     return *code;
@@ -185,11 +208,14 @@ exit_code run_remove(command_context& ctx, const command_spec& self,
 const std::vector<command_spec>& cluster_commands() {
   static const std::vector<command_spec> commands{
     {"cluster", "status", "",
-     "this node's Raft view: role, term, leader, indexes, members", 0, 0, {},
+     "this node's Raft view: role, term, leader, indexes, members, "
+     "partitions",
+     0, 0, {},
      run_status},
-    {"cluster", "transfer", "[--to=ID]",
-     "hand leadership to node ID (default: any up-to-date voter)", 0, 0,
-     {{"to"}}, run_transfer},
+    {"cluster", "transfer", "[--to=ID] [--partition=K]",
+     "hand leadership of partition K (default 0) to node ID (default: any "
+     "up-to-date voter)",
+     0, 0, {{"to"}, {"partition"}}, run_transfer},
     {"cluster", "add", "ID",
      "add node ID of cluster.peers (started with cluster.join=true) as a "
      "voter",

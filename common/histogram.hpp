@@ -34,6 +34,19 @@ struct histogram {
     ++count;
   }
 
+  /// Adds `other`'s observations (the same bounds; otherwise only its sum
+  /// and count, in the last slot).
+  void merge(const histogram& other) {
+    if (other.bounds == bounds && other.counts.size() == counts.size()) {
+      for (size_t i = 0; i < counts.size(); ++i)
+        counts[i] += other.counts[i];
+    } else if (!counts.empty()) {
+      counts.back() += other.count;
+    }
+    sum += other.sum;
+    count += other.count;
+  }
+
   /// Latency buckets in seconds, 50 us to 10 s.
   static std::vector<double> latency_bounds() {
     return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,

@@ -233,9 +233,17 @@ std::size_t raft_node::hand_off(std::chrono::milliseconds bound) {
   auto ok = h->post(
     [h, st] {
       std::vector<impl*> led;
+      // A group without another voter has nobody to hand to.
+      auto others = [h](const raft& r) {
+        for (unsigned i = 0; i < r.configuration.n; ++i)
+          if (r.configuration.servers[i].role == RAFT_VOTER
+              && r.configuration.servers[i].id != h->id)
+            return true;
+        return false;
+      };
       for (auto& g : h->groups)
         if (!g->closing && !g->close_pending && !g->transfer_done
-            && raft_state(&g->r) == RAFT_LEADER)
+            && raft_state(&g->r) == RAFT_LEADER && others(g->r))
           led.push_back(g.get());
       {
         std::lock_guard<std::mutex> guard{st->mtx};

@@ -44,6 +44,7 @@ raft_sink::raft_sink(std::shared_ptr<raft_node> raft,
                      const replicated_store_options& opts, wall_clock_fn now)
   : raft_(std::move(raft)),
     reader_(std::move(reader)),
+    group_(opts.group),
     clock_(std::move(now)) {
   traits_.max_in_flight = std::max<uint32_t>(opts.max_outstanding, 1);
   // Bounded by bytes as well as by count: libraft keeps each entry in
@@ -68,7 +69,7 @@ int64_t raft_sink::stamp(int64_t) {
 }
 
 caf::error raft_sink::refusal() {
-  if (raft_->brief().role != raft_role::leader)
+  if (raft_->brief(group_).role != raft_role::leader)
     return make_error(errc::not_leader, "not the raft leader");
   return {};
 }
@@ -101,7 +102,8 @@ raft_sink::commit(std::vector<command>& batch,
                                       "error={}",
                                       n, describe(err));
                    done(std::move(err));
-                 });
+                 },
+                 group_);
   return std::nullopt;
 }
 

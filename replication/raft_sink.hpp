@@ -24,6 +24,8 @@ struct replicated_store_options : persistence::store_actor_options {
   uint64_t max_entry_bytes = 1024 * 1024;
   /// The store actor on a thread of its own (`store.on-scheduler` off).
   bool detached = true;
+  /// The Raft group (partition) whose log this store's writes go to.
+  uint16_t group = 0;
 };
 
 /// A cluster node's sink: each batch becomes one Raft log entry, proposed
@@ -70,6 +72,7 @@ public:
 private:
   std::shared_ptr<raft_node> raft_;
   std::shared_ptr<persistence::sqlite_store> reader_;
+  uint16_t group_ = 0;
   persistence::sink_traits traits_;
   persistence::batch_clock clock_;
 };

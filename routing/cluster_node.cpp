@@ -7,10 +7,16 @@
 // doubt of what an earlier run of this node left in flight.
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 extern "C" {
 #include <raft.h>
@@ -25,6 +31,7 @@ extern "C" {
 #include "common/logging.hpp"
 #include "common/stage_trace.hpp"
 #include "common/mutant.hpp"
+#include "common/partition.hpp"
 
 namespace oncegate::cluster {
 
@@ -134,7 +141,8 @@ const char* refusal(const link::request& req, const std::vector<peer>& peers) {
 // -- the one path of a request at this node -----------------------------------------
 
 struct cluster_context {
-  node local;
+  /// Partition g's actors.
+  std::vector<node> parts;
   std::shared_ptr<raft_node> raft;
   std::shared_ptr<gateway::actor_bridge> bridge;
   /// Asks this node's actors for the link's and the gateway's requests
@@ -155,7 +163,7 @@ struct cluster_context {
   /// turns in-doubt while its forward runs and is completed from there.
   /// Either way nothing executes twice.
   int64_t started_ms = 0;
-  /// Set once `local` holds the actors (requests from other nodes may
+  /// Set once `parts` holds the actors (requests from other nodes may
   /// arrive as soon as Raft runs).
   std::atomic<bool> serving{false};
 };
@@ -206,36 +214,70 @@ back_to_bridge(const std::shared_ptr<cluster_context>& cx,
 }
 
 void doubt_removed(caf::event_based_actor* self,
-                   const std::shared_ptr<cluster_context>& cx, uint64_t id) {
+                   const std::shared_ptr<cluster_context>& cx, uint16_t group,
+                   uint64_t id) {
   // A removed node never comes back to settle what it had in flight: those
   // records are in doubt now (never re-executed automatically).
   self
-    ->request(cx->local.store, cx->remote_timeout, doubt_atom::value, id,
-              std::numeric_limits<int64_t>::max())
+    ->request(cx->parts[group].store, cx->remote_timeout, doubt_atom::value,
+              id, std::numeric_limits<int64_t>::max())
     .then(
-      [id](uint64_t n) {
-        log::cluster()->info("cluster.removed_node_doubted id={} count={}", id,
-                             n);
+      [id, group](uint64_t n) {
+        log::cluster()->info("cluster.removed_node_doubted id={} partition={} "
+                             "count={}",
+                             id, group, n);
       },
-      [id](caf::error& err) {
+      [id, group](caf::error& err) {
         log::cluster()->warn("cluster.removed_node_doubt_failed id={} "
-                             "error={}",
-                             id, describe(err));
+                             "partition={} error={}",
+                             id, group, describe(err));
       });
 }
 
 } // namespace
 
-void call_locally(const std::shared_ptr<cluster_context>& cx,
+void call_locally(const std::shared_ptr<cluster_context>& cx, uint16_t group,
                   link::request req, std::function<void(link::answer)> done) {
   using link::op;
   auto kind = req.kind;
-  if (!cx->serving.load(std::memory_order_acquire)
-      || !cx->raft->brief().leader_ready) {
-    done(failed(kind, errc::not_leader, "this node is not the ready leader"));
+  if (group >= cx->parts.size()) {
+    done(failed(kind, errc::invalid_argument, "no such partition"));
     return;
   }
-  auto& local = cx->local;
+  // A key is decided in its partition only: one asked of another (a
+  // sender's bug, a peer's of another build) would be a second record of
+  // it, and a second execution.
+  auto parts = static_cast<uint16_t>(cx->parts.size());
+  if (parts > 1) {
+    const std::string* route = nullptr;
+    const std::string* key = nullptr;
+    if (kind == op::claim) {
+      route = &req.claim.route;
+      key = &req.claim.key;
+    } else if (kind == op::update) {
+      route = &req.update.route;
+      key = &req.update.key;
+    } else if (kind == op::lookup) {
+      route = &req.route;
+      key = &req.key;
+    }
+    if (route != nullptr) {
+      auto home = partition_of(*route, *key, parts);
+      if (home != group) {
+        done(failed(kind, errc::invalid_argument,
+                    "the key belongs to partition " + std::to_string(home)
+                      + ", not " + std::to_string(group)));
+        return;
+      }
+    }
+  }
+  if (!cx->serving.load(std::memory_order_acquire)
+      || !cx->raft->brief(group).leader_ready) {
+    done(failed(kind, errc::not_leader,
+                "this node is not the partition's ready leader"));
+    return;
+  }
+  auto& local = cx->parts[group];
   switch (kind) {
     case op::claim: {
       auto& shard = local.shard_for(req.claim.route, req.claim.key);
@@ -278,35 +320,45 @@ void call_locally(const std::shared_ptr<cluster_context>& cx,
       // Joins as a spare (no vote), is caught up by the leader while being
       // promoted, then votes.
       auto back = back_to_bridge(cx, std::move(done));
-      cx->raft->add_voter(req.node, req.address, [back, kind](int status) {
-        link::answer res;
-        res.kind = kind;
-        res.status = status;
-        back(std::move(res));
-      });
+      cx->raft->add_voter(
+        req.node, req.address,
+        [back, kind](int status) {
+          link::answer res;
+          res.kind = kind;
+          res.status = status;
+          back(std::move(res));
+        },
+        group);
       return;
     }
     case op::remove: {
       auto id = req.node;
       auto back = back_to_bridge(
-        cx, [self_cx = cx, id, done = std::move(done)](link::answer ans) {
+        cx,
+        [self_cx = cx, id, group, done = std::move(done)](link::answer ans) {
           if (ans.error == errc::none && ans.status == 0)
-            self_cx->bridge->post([self_cx, id](caf::event_based_actor* self) {
-              doubt_removed(self, self_cx, id);
-            });
+            self_cx->bridge->post(
+              [self_cx, id, group](caf::event_based_actor* self) {
+                doubt_removed(self, self_cx, group, id);
+              });
           done(std::move(ans));
         });
-      cx->raft->remove(id, [back, kind](int status) {
-        link::answer res;
-        res.kind = kind;
-        res.status = status;
-        back(std::move(res));
-      });
+      cx->raft->remove(
+        id,
+        [back, kind](int status) {
+          link::answer res;
+          res.kind = kind;
+          res.status = status;
+          back(std::move(res));
+        },
+        group);
       return;
     }
     case op::transfer: {
       auto back = back_to_bridge(cx, std::move(done));
-      cx->raft->transfer(req.node, [back, kind](uint64_t leader) {
+      cx->raft->transfer(
+        req.node,
+        [back, kind](uint64_t leader) {
         if (leader == 0) {
           // libraft refused it (to this leader itself, another transfer
           // running) or no leader came out of it: not a success.
@@ -320,7 +372,8 @@ void call_locally(const std::shared_ptr<cluster_context>& cx,
         res.kind = kind;
         res.value = leader;
         back(std::move(res));
-      });
+        },
+        group);
       return;
     }
   }
@@ -349,7 +402,8 @@ void serve(const std::shared_ptr<cluster_context>& cx,
   }
   // Straight from the Raft thread into the registry; the key actor's (or
   // the store's) answer is handed back to the Raft thread from there.
-  call_locally(cx, std::move(req), [raft = cx->raft, from](link::answer ans) {
+  call_locally(cx, from.group, std::move(req),
+               [raft = cx->raft, from](link::answer ans) {
     stage_trace::mark("local.answer");
     raft->reply(from, std::move(ans));
   });
@@ -358,18 +412,20 @@ void serve(const std::shared_ptr<cluster_context>& cx,
 // Asks the leader (this node's own store when it is the ready leader) to
 // doubt what this node had in flight before it started; retried until done.
 void doubt_own(caf::event_based_actor* self,
-               std::shared_ptr<cluster_context> cx) {
-  auto retry = [cx](caf::event_based_actor* self) {
+               std::shared_ptr<cluster_context> cx, uint16_t group) {
+  auto retry = [cx, group](caf::event_based_actor* self) {
     gateway::actor_bridge::post_later(
       self, std::chrono::milliseconds(200),
-      [cx](caf::event_based_actor* self) { doubt_own(self, cx); });
+      [cx, group](caf::event_based_actor* self) { doubt_own(self, cx, group); });
   };
-  auto settle = [cx, retry](caf::event_based_actor* self, link::answer ans) {
+  auto settle = [cx, retry, group](caf::event_based_actor* self,
+                                   link::answer ans) {
     if (ans.error != errc::none) {
       retry(self);
       return;
     }
-    log::cluster()->info("cluster.own_in_flight_doubted count={}", ans.value);
+    log::cluster()->info("cluster.own_in_flight_doubted partition={} count={}",
+                         group, ans.value);
   };
   link::request req;
   req.kind = link::op::doubt;
@@ -382,9 +438,9 @@ void doubt_own(caf::event_based_actor* self,
         settle(self, std::move(ans));
       });
   };
-  auto status = cx->raft->brief();
+  auto status = cx->raft->brief(group);
   if (status.leader_ready) {
-    call_locally(cx, std::move(req), std::move(back));
+    call_locally(cx, group, std::move(req), std::move(back));
     return;
   }
   if (status.leader_id == 0 || status.leader_id == cx->id) {
@@ -393,7 +449,8 @@ void doubt_own(caf::event_based_actor* self,
   }
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
     cx->remote_timeout);
-  cx->raft->ask(status.leader_id, std::move(req), timeout, std::move(back));
+  cx->raft->ask(status.leader_id, std::move(req), timeout, std::move(back),
+                group);
 }
 
 } // namespace
@@ -406,7 +463,8 @@ void cluster_node::shutdown() {
     bridge->stop();
   if (caller)
     caller->stop();
-  local.shutdown();
+  for (auto& part : parts)
+    part.shutdown();
   // Raft stops here, on the caller's thread, while this node still owns
   // it: left to the last owner, it could be a request's callback on the
   // Raft thread itself (see `raft_node::~raft_node`), at the actor
@@ -421,6 +479,88 @@ void cluster_node::shutdown() {
   }
 }
 
+std::string partition_db(const std::string& data_dir, uint16_t group) {
+  auto name = group == 0 ? std::string{"oncegate.db"}
+                         : "oncegate-p" + std::to_string(group) + ".db";
+  return (std::filesystem::path{data_dir} / name).string();
+}
+
+caf::error check_partition_count(const std::string& data_dir,
+                                 uint16_t partitions) {
+  namespace fs = std::filesystem;
+  auto path = fs::path{data_dir} / "partitions";
+  auto fixed = [&](uint64_t had) {
+    return make_error(errc::invalid_argument,
+                      "cluster.partitions is " + std::to_string(partitions)
+                        + " but " + data_dir + " holds a cluster of "
+                        + std::to_string(had)
+                        + " partition(s): a cluster's partition count is "
+                          "fixed when it is created (another count needs a "
+                          "new cluster, docs/cluster.md \"Partitions\")");
+  };
+  std::error_code ec;
+  auto st = fs::symlink_status(path, ec);
+  if (!ec && fs::exists(st)) {
+    if (!fs::is_regular_file(st))
+      return make_error(errc::storage_failure,
+                        path.string() + " is not a regular file");
+    std::ifstream in{path, std::ios::binary};
+    char buf[16] = {};
+    in.read(buf, sizeof(buf) - 1);
+    std::string text{buf, static_cast<size_t>(in.gcount())};
+    uint64_t had = 0;
+    size_t i = 0;
+    for (; i < text.size() && i < 4 && text[i] >= '0' && text[i] <= '9'; ++i)
+      had = had * 10 + static_cast<uint64_t>(text[i] - '0');
+    bool ok = i > 0 && (text.size() == i || (text.size() == i + 1
+                                               && text[i] == '\n'))
+              && had >= 1 && had <= link::max_groups;
+    if (!ok)
+      return make_error(errc::storage_failure,
+                        path.string()
+                          + " does not hold a partition count (damaged?); "
+                            "it must read as the count the cluster was "
+                            "created with, e.g. 1");
+    if (had != partitions)
+      return fixed(had);
+    return {};
+  }
+  // No file: data of a build before partitions (one group), or nothing.
+  auto has = [&](const char* name) {
+    std::error_code ignored;
+    return fs::exists(fs::path{data_dir} / name, ignored);
+  };
+  if ((has("raft") || has("oncegate.db")) && partitions != 1)
+    return fixed(1);
+  auto tmp = path;
+  tmp += ".tmp";
+  auto text = std::to_string(partitions) + "\n";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
+                                 | O_NOFOLLOW,
+                  0600);
+  if (fd < 0)
+    return make_error(errc::storage_failure, "cannot write " + tmp.string()
+                                               + ": " + std::strerror(errno));
+  bool written = ::write(fd, text.data(), text.size())
+                   == static_cast<ssize_t>(text.size())
+                 && ::fsync(fd) == 0;
+  auto err = errno;
+  ::close(fd);
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (written)
+      err = errno;
+    return make_error(errc::storage_failure, "cannot write " + path.string()
+                                               + ": " + std::strerror(err));
+  }
+  // The name must last too.
+  if (int dfd = ::open(data_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return {};
+}
+
 caf::expected<std::unique_ptr<cluster_node>>
 start_cluster_node(caf::actor_system& sys, node_options opts,
                    cluster_options copts, cluster_hooks hooks,
@@ -433,26 +573,42 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     return make_error(errc::invalid_argument,
                       "cluster.id " + std::to_string(copts.id)
                         + " is not among cluster.peers");
+  if (copts.partitions < 1 || copts.partitions > link::max_groups)
+    return make_error(errc::invalid_argument,
+                      "cluster.partitions must be 1.."
+                        + std::to_string(link::max_groups));
+  uint16_t parts = copts.partitions;
   if (auto err = prepare_data_dir(opts))
+    return err;
+  if (auto err = check_partition_count(opts.data_dir, parts))
     return err;
   // Durability comes from the Raft log (fsynced before an entry counts as
   // committed); libraft replays it into the file after a crash, and
   // `apply_batch` skips what the file already holds.
   opts.store.sync_commits = false;
-  auto writer = persistence::sqlite_store::open(opts.store);
-  if (!writer)
-    return std::move(writer.error());
-  auto reader = persistence::sqlite_store::open_reader(opts.store);
-  if (!reader)
-    return std::move(reader.error());
+  std::vector<std::shared_ptr<persistence::sqlite_store>> writers;
+  std::vector<std::shared_ptr<persistence::sqlite_store>> readers;
+  int64_t log_clock = 0;
+  for (uint16_t g = 0; g < parts; ++g) {
+    auto sopts = opts.store;
+    if (g > 0)
+      sopts.path = partition_db(opts.data_dir, g);
+    auto writer = persistence::sqlite_store::open(sopts);
+    if (!writer)
+      return std::move(writer.error());
+    auto reader = persistence::sqlite_store::open_reader(sopts);
+    if (!reader)
+      return std::move(reader.error());
+    writers.emplace_back(std::move(*writer));
+    readers.emplace_back(std::move(*reader));
+    // Read before the Raft thread owns the writer.
+    auto clock = writers.back()->clock_ms();
+    if (!clock)
+      return std::move(clock.error());
+    log_clock = std::max(log_clock, *clock);
+  }
   auto result = std::make_unique<cluster_node>();
   result->opts = copts;
-  std::shared_ptr<persistence::sqlite_store> writer_db{std::move(*writer)};
-  // Read before the Raft thread owns the writer.
-  auto log_clock = writer_db->clock_ms();
-  if (!log_clock)
-    return std::move(log_clock.error());
-  std::shared_ptr<persistence::sqlite_store> reader_db{std::move(*reader)};
   result->bridge = std::make_shared<gateway::actor_bridge>(
     sys, std::max<std::size_t>(1, copts.bridge_actors));
   auto cx = std::make_shared<cluster_context>();
@@ -463,7 +619,7 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   cx->id = copts.id;
   cx->remote_timeout = copts.remote_timeout;
   cx->refused = result->refused_messages;
-  cx->started_ms = std::max(*log_clock + 1, now());
+  cx->started_ms = std::max(log_clock + 1, now());
   result->context = cx;
   // Raft.
   auto ropts = copts.raft;
@@ -482,52 +638,73 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
              != copts.initial.end())
       ropts.initial.push_back(member{p.id, p.raft_address});
   // The registries exist only after Raft started; role changes before that
-  // find none to reset (and none has a cached record yet).
-  auto registries = std::make_shared<std::vector<registry_actor>>();
+  // find none to reset (and none has a cached record yet). Partition g's
+  // are `(*registries)[g]`.
+  auto registries
+    = std::make_shared<std::vector<std::vector<registry_actor>>>(parts);
   auto registries_mtx = std::make_shared<std::mutex>();
-  raft_hooks rh;
-  rh.on_applied = std::move(hooks.on_applied);
-  rh.on_unavailable = std::move(hooks.on_unavailable);
-  rh.on_restored = [registries, registries_mtx,
-                    restored = std::move(hooks.on_restored)] {
-    {
-      std::lock_guard<std::mutex> guard{*registries_mtx};
-      for (auto& reg : *registries)
-        caf::anon_send(reg, reset_atom::value);
-    }
-    if (restored)
-      restored();
-  };
-  // (leader, term) as last seen; only the Raft thread touches it.
-  auto seen = std::make_shared<std::pair<bool, uint64_t>>(false, 0);
-  rh.on_change = [registries, registries_mtx, seen](const raft_status& s) {
-    auto leader = s.role == raft_role::leader;
-    auto changed = leader != seen->first || (leader && s.term != seen->second);
-    *seen = {leader, s.term};
-    if (!changed)
-      return;
-    // Cached records must not outlive a change of leadership: while this
-    // node was not leader, another one may have changed them.
-    if (ONCEGATE_MUTANT("skip-key-reset"))
-      return;
+  auto reset = [registries, registries_mtx](uint16_t g) {
     std::lock_guard<std::mutex> guard{*registries_mtx};
-    for (auto& reg : *registries)
+    for (auto& reg : (*registries)[g])
       caf::anon_send(reg, reset_atom::value);
   };
-  auto raft = raft_node::start(ropts, writer_db, std::move(rh));
+  auto applied = std::make_shared<decltype(hooks.on_applied)>(
+    std::move(hooks.on_applied));
+  auto restored = std::make_shared<decltype(hooks.on_restored)>(
+    std::move(hooks.on_restored));
+  auto unavailable = std::make_shared<decltype(hooks.on_unavailable)>(
+    std::move(hooks.on_unavailable));
+  std::vector<raft_hooks> rhs(parts);
+  for (uint16_t g = 0; g < parts; ++g) {
+    auto& rh = rhs[g];
+    rh.on_applied = [applied, g](const auto& cmds, const auto& results) {
+      if (*applied)
+        (*applied)(g, cmds, results);
+    };
+    rh.on_unavailable = [unavailable] {
+      if (*unavailable)
+        (*unavailable)();
+    };
+    rh.on_restored = [reset, restored, g] {
+      reset(g);
+      if (*restored)
+        (*restored)(g);
+    };
+    // (leader, term) as last seen; only the Raft thread touches it.
+    auto seen = std::make_shared<std::pair<bool, uint64_t>>(false, 0);
+    rh.on_change = [reset, seen, g](const raft_status& s) {
+      auto leader = s.role == raft_role::leader;
+      auto changed = leader != seen->first
+                     || (leader && s.term != seen->second);
+      *seen = {leader, s.term};
+      if (!changed)
+        return;
+      // Cached records must not outlive a change of leadership: while this
+      // node was not the partition's leader, another one may have changed
+      // them.
+      if (ONCEGATE_MUTANT("skip-key-reset"))
+        return;
+      reset(g);
+    };
+  }
+  auto raft = raft_node::start(ropts, writers, std::move(rhs));
   if (!raft)
     return std::move(raft.error());
   result->raft = std::move(*raft);
   cx->raft = result->raft;
-  auto store_opts = copts.store;
-  store_opts.detached = opts.detached_store;
-  auto store = spawn_replicated_store(sys, result->raft, reader_db,
-                                      std::move(store_opts), now);
-  result->local = spawn_node_actors(sys, store, opts, now);
-  cx->local = result->local;
+  for (uint16_t g = 0; g < parts; ++g) {
+    auto store_opts = copts.store;
+    store_opts.detached = opts.detached_store;
+    store_opts.group = g;
+    auto store = spawn_replicated_store(sys, result->raft, readers[g],
+                                        std::move(store_opts), now);
+    result->parts.push_back(spawn_node_actors(sys, store, opts, now));
+  }
+  cx->parts = result->parts;
   {
     std::lock_guard<std::mutex> guard{*registries_mtx};
-    *registries = result->local.registries;
+    for (uint16_t g = 0; g < parts; ++g)
+      (*registries)[g] = result->parts[g].registries;
   }
   cx->serving.store(true, std::memory_order_release);
   // Other nodes' requests: answered `not_leader` until now.
@@ -536,11 +713,13 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     if (auto cx = weak.lock())
       serve(cx, from, std::move(req));
   });
-  result->bridge->post(
-    [cx](caf::event_based_actor* self) { doubt_own(self, cx); });
-  log::cluster()->info("cluster.started id={} address={} peers={} tls={}",
+  for (uint16_t g = 0; g < parts; ++g)
+    result->bridge->post(
+      [cx, g](caf::event_based_actor* self) { doubt_own(self, cx, g); });
+  log::cluster()->info("cluster.started id={} address={} peers={} "
+                       "partitions={} tls={}",
                        copts.id, self_peer->raft_address, copts.peers.size(),
-                       ropts.link.tls.has_value());
+                       parts, ropts.link.tls.has_value());
   return result;
 }
 

@@ -48,6 +48,9 @@ struct cluster_options {
   /// dir are filled in).
   raft_node_options raft;
   replicated_store_options store;
+  /// Partitions (Raft groups) of the cluster, 1..`link::max_groups`; fixed
+  /// when the cluster is created (`check_partition_count`).
+  uint16_t partitions = 1;
   /// Bound on each request to another node (over the link).
   caf::timespan remote_timeout = std::chrono::seconds(1);
   /// Actors that run this node's background requests (metrics, probes,
@@ -66,13 +69,15 @@ const char* refusal(const link::request& req, const std::vector<peer>& peers);
 /// Ready: this node's actors serve requests while it is the ready leader.
 struct cluster_context;
 
-/// One node of a cluster: the node's actors over a replicated store, its
-/// Raft server (with the node link), the caller that asks those actors for
-/// this node's gateway and for the other nodes, and the bridge actors that
-/// run its background requests.
+/// One node of a cluster: per partition, the node's actors over that
+/// partition's replicated store; its Raft server (every partition's group,
+/// with the node link), the caller that asks those actors for this node's
+/// gateway and for the other nodes, and the bridge actors that run its
+/// background requests.
 class cluster_node {
 public:
-  node local;
+  /// Partition g's actors (registry shards, alarm, store over group g).
+  std::vector<node> parts;
   std::shared_ptr<raft_node> raft;
   std::shared_ptr<gateway::actor_bridge> bridge;
   std::shared_ptr<gateway::actor_caller> caller;
@@ -87,34 +92,49 @@ public:
   void shutdown();
 };
 
-/// Runs `req` at this node's actors (its registry shard, its store, its
-/// Raft server) as the ready leader, from any thread, and calls `done` with
+/// Runs `req` at this node's actors of partition `group` (its registry
+/// shard, its store, its Raft group) as that group's ready leader, from any
+/// thread, and calls `done` with
 /// the answer on the thread that has it (the answering actor's, the Raft
 /// thread's, a bridge actor's, or the caller's when nothing was asked):
 /// the one path of a request, whether this node's gateway or another node
 /// asked. `done` must not block. `not_leader` unless this node is the
-/// ready leader.
-void call_locally(const std::shared_ptr<cluster_context>& cx,
+/// group's ready leader.
+void call_locally(const std::shared_ptr<cluster_context>& cx, uint16_t group,
                   link::request req, std::function<void(link::answer)> done);
 
 /// Hooks of the cluster node into the layers above (run on the Raft
 /// thread, must not block).
 struct cluster_hooks {
-  /// After every applied entry (all nodes): e.g. drop cached decisions of
-  /// records an entry released.
-  std::function<void(const std::vector<persistence::command>&,
+  /// After every applied entry of any partition (all nodes): e.g. drop
+  /// cached decisions of records an entry released.
+  std::function<void(uint16_t group, const std::vector<persistence::command>&,
                      const std::vector<persistence::command_result>&)>
     on_applied;
-  /// After a snapshot replaced the database.
-  std::function<void()> on_restored;
+  /// After a snapshot replaced a partition's database.
+  std::function<void(uint16_t group)> on_restored;
   /// Raft stopped for good (`raft_hooks::on_unavailable`): the node must
   /// exit so that its supervisor restarts it.
   std::function<void()> on_unavailable;
 };
 
-/// Opens the database under `opts.data_dir` (Raft log in `raft/` beside
-/// it), starts Raft with the node link, spawns the actors, and serves other
-/// nodes' requests at them.
+/// The file of partition `group`'s database under `data_dir`:
+/// `oncegate.db` for partition 0 (a cluster without partitions keeps its
+/// layout), `oncegate-p<g>.db` for the others.
+std::string partition_db(const std::string& data_dir, uint16_t group);
+
+/// Checks the partition count `partitions` against the one `data_dir` was
+/// created with (its file `partitions`), writing it (atomically) when the
+/// directory has none yet: a directory with data but without that file
+/// (a build before partitions) holds one partition. A mismatch, or a file
+/// that is not a count, is refused with a message that says so.
+caf::error check_partition_count(const std::string& data_dir,
+                                 uint16_t partitions);
+
+/// Checks the partition count, opens every partition's database under
+/// `opts.data_dir` (Raft logs in `raft/`, `raft-g/` beside them), starts
+/// Raft with the node link, spawns the actors, and serves other nodes'
+/// requests at them.
 caf::expected<std::unique_ptr<cluster_node>>
 start_cluster_node(caf::actor_system& sys, node_options opts,
                    cluster_options copts, cluster_hooks hooks = {},

@@ -1,7 +1,8 @@
 #include "routing/routed_service.hpp"
 
-#include <mutex>
 #include <algorithm>
+#include <mutex>
+#include <optional>
 #include <atomic>
 #include <exception>
 #include <random>
@@ -18,15 +19,22 @@
 
 #include "common/logging.hpp"
 #include "common/mutant.hpp"
+#include "common/partition.hpp"
+
+extern "C" {
+#include <raft.h>
+}
 
 namespace oncegate::gateway {
 
 namespace {
 
 // Where a cluster node sends requests: its own actors while it is the ready
-// leader (`cluster::call_locally`), the leader over the node link otherwise.
+// leader of the request's partition (`cluster::call_locally`), that
+// partition's leader over the node link otherwise.
 struct cluster_route {
   std::shared_ptr<cluster::raft_node> raft;
+  uint16_t partitions = 1;
   std::shared_ptr<cluster::cluster_context> context;
   std::shared_ptr<actor_bridge> bridge;
   std::vector<cluster::peer> peers;
@@ -98,6 +106,8 @@ reply<uint64_t> reply_of(link::answer& ans) {
 template <class T>
 struct routed_call {
   std::shared_ptr<const cluster_route> cr;
+  /// The partition (Raft group) it is decided in.
+  uint16_t group = 0;
   link::request req;
   std::chrono::steady_clock::time_point until;
   std::function<void(reply<T>)> done;
@@ -144,12 +154,13 @@ void settle(std::shared_ptr<routed_call<T>> c, link::answer ans) {
 template <class T>
 void forward(std::shared_ptr<routed_call<T>> c) {
   auto& cr = *c->cr;
-  auto status = cr.raft->brief();
+  auto status = cr.raft->brief(c->group);
   if (status.leader_ready) {
     // The same path as another node's request at this node.
-    cluster::call_locally(cr.context, c->req, [c](link::answer ans) {
-      settle<T>(c, std::move(ans));
-    });
+    cluster::call_locally(cr.context, c->group, c->req,
+                          [c](link::answer ans) {
+                            settle<T>(c, std::move(ans));
+                          });
     return;
   }
   if (status.leader_id == 0 || status.leader_id == cr.raft->id()) {
@@ -164,6 +175,7 @@ void forward(std::shared_ptr<routed_call<T>> c) {
   // message must not hold the request forever. Once this node's bridge
   // stopped (the node shuts down), answers are dropped as a bridge would.
   auto bridge = cr.bridge;
+  auto group = c->group;
   cr.raft->ask(status.leader_id, c->req, cr.remote_timeout,
                [bridge, c](link::answer ans) {
                  if (bridge->stopped())
@@ -177,19 +189,49 @@ void forward(std::shared_ptr<routed_call<T>> c) {
                                          link::to_string(c->req.kind),
                                          e.what());
                  }
-               });
+               },
+               group);
 }
 
 template <class T>
-void route(std::shared_ptr<const cluster_route> cr, link::request req,
-           std::chrono::steady_clock::time_point until,
+void route(std::shared_ptr<const cluster_route> cr, uint16_t group,
+           link::request req, std::chrono::steady_clock::time_point until,
            std::function<void(reply<T>)> done) {
   auto c = std::make_shared<routed_call<T>>();
   c->cr = std::move(cr);
+  c->group = group;
   c->req = std::move(req);
   c->until = until;
   c->done = std::move(done);
   forward<T>(std::move(c));
+}
+
+// The partition of a key (the same on every node, `common/partition.hpp`).
+uint16_t partition(const cluster_route& cr, const std::string& route,
+                   const std::string& key) {
+  return cr.partitions == 1 ? 0 : partition_of(route, key, cr.partitions);
+}
+
+// One page of `limit` out of the pages of every partition (each the first
+// keys after the same key, in key order): the first `limit` keys of them
+// all, continued after the last one if any partition had more.
+record_page merge_pages(std::vector<record_page> pages, uint32_t limit) {
+  record_page res;
+  bool more = false;
+  for (auto& p : pages) {
+    more = more || !p.next_after.empty();
+    for (auto& r : p.records)
+      res.records.push_back(std::move(r));
+  }
+  std::sort(res.records.begin(), res.records.end(),
+            [](const record& a, const record& b) { return a.key < b.key; });
+  if (res.records.size() > limit) {
+    res.records.resize(limit);
+    more = true;
+  }
+  if (more && !res.records.empty())
+    res.next_after = res.records.back().key;
+  return res;
 }
 
 link::request update_request(record_update upd) {
@@ -201,10 +243,10 @@ link::request update_request(record_update upd) {
 
 class routed_service : public node_service {
 public:
-  routed_service(const node& n, routed_service_options opts,
+  routed_service(std::vector<node> parts, routed_service_options opts,
                  std::shared_ptr<const cluster_route> cluster,
                  std::shared_ptr<std::atomic<uint64_t>> refused)
-    : node_(n), opts_(opts), cluster_(std::move(cluster)),
+    : parts_(std::move(parts)), opts_(opts), cluster_(std::move(cluster)),
       refused_(std::move(refused)) {
   }
 
@@ -226,10 +268,11 @@ public:
         release_abandoned(std::move(undo), undo_for);
       done(std::move(rep));
     };
+    auto group = partition(*cluster_, req.route, req.key);
     link::request call;
     call.kind = link::op::claim;
     call.claim = std::move(req);
-    route<claim_result>(cluster_, std::move(call), deadline(),
+    route<claim_result>(cluster_, group, std::move(call), deadline(),
                         std::move(on_reply));
   }
 
@@ -245,17 +288,19 @@ public:
         retry_update(std::move(again), std::chrono::hours(24));
       done(std::move(rep));
     };
-    route<update_result>(cluster_, update_request(std::move(upd)), deadline(),
-                         std::move(on_reply));
+    auto group = partition(*cluster_, upd.route, upd.key);
+    route<update_result>(cluster_, group, update_request(std::move(upd)),
+                         deadline(), std::move(on_reply));
   }
 
   void lookup(std::string route_name, std::string key,
               std::function<void(reply<lookup_result>)> done) override {
+    auto group = partition(*cluster_, route_name, key);
     link::request call;
     call.kind = link::op::lookup;
     call.route = std::move(route_name);
     call.key = std::move(key);
-    route<lookup_result>(cluster_, std::move(call), deadline(),
+    route<lookup_result>(cluster_, group, std::move(call), deadline(),
                          std::move(done));
   }
 
@@ -268,15 +313,61 @@ public:
     call.state = state;
     call.key = std::move(after);
     call.limit = limit;
-    route<record_page>(cluster_, std::move(call), deadline(), std::move(done));
+    auto parts = cluster_->partitions;
+    if (parts == 1) {
+      route<record_page>(cluster_, 0, std::move(call), deadline(),
+                         std::move(done));
+      return;
+    }
+    // Every partition's leader lists its keys; the pages merge here.
+    struct gather {
+      std::mutex mtx;
+      std::vector<record_page> pages;
+      std::size_t open = 0;
+      std::optional<reply<record_page>> failure;
+      std::function<void(reply<record_page>)> done;
+    };
+    auto st = std::make_shared<gather>();
+    st->open = parts;
+    st->done = std::move(done);
+    auto until = deadline();
+    for (uint16_t g = 0; g < parts; ++g)
+      route<record_page>(cluster_, g, call, until,
+                         [st, limit](reply<record_page> rep) {
+                           std::unique_lock<std::mutex> guard{st->mtx};
+                           if (!rep.ok && !st->failure)
+                             st->failure = std::move(rep);
+                           else if (rep.ok)
+                             st->pages.push_back(std::move(rep.value));
+                           if (--st->open > 0)
+                             return;
+                           guard.unlock();
+                           if (st->failure) {
+                             st->done(std::move(*st->failure));
+                             return;
+                           }
+                           st->done(success(
+                             merge_pages(std::move(st->pages), limit)));
+                         });
   }
 
   delivery_turn delivery() const override {
-    auto st = cluster_->raft->status();
+    // A ready leader delivers the records of the partitions it leads: it
+    // has applied everything committed there, so their queues are the
+    // cluster's. A deposed leader's attempts that were started (durably)
+    // still finish; none starts anywhere else.
     auto id = cluster_->raft->id();
-    // The ready leader delivers: it has applied everything committed, so
-    // its queue is the cluster's. A deposed leader's attempts that were
-    // started (durably) still finish; none starts anywhere else.
+    for (uint16_t g = 0; g < cluster_->partitions; ++g)
+      if (cluster_->raft->brief(g).leader_ready)
+        return {true, cluster_->raft->status(g).term, id};
+    return {false, cluster_->raft->status(0).term, id};
+  }
+
+  delivery_turn delivery_of(const std::string& route_name,
+                            const std::string& key) const override {
+    auto g = partition(*cluster_, route_name, key);
+    auto st = cluster_->raft->status(g);
+    auto id = cluster_->raft->id();
     return {st.leader_id == id && st.leader_ready, st.term, id};
   }
 
@@ -284,15 +375,64 @@ public:
            std::function<void(reply<delivery_queue>)> done) override {
     post([this, now_ms, limit,
           done = std::move(done)](caf::event_based_actor* self) mutable {
-      ask<delivery_queue>(self, node_.store, opts_.service.probe_timeout,
-                          std::move(done), due_atom::value, now_ms, limit);
+      // The queues of the partitions this node leads, merged: the earliest
+      // due first, at most `limit`.
+      std::vector<uint16_t> led;
+      for (uint16_t g = 0; g < cluster_->partitions; ++g)
+        if (cluster_->raft->brief(g).leader_ready)
+          led.push_back(g);
+      if (led.empty()) {
+        done(success(delivery_queue{}));
+        return;
+      }
+      struct gather {
+        delivery_queue q;
+        std::size_t open = 0;
+        std::optional<reply<delivery_queue>> failure;
+        std::function<void(reply<delivery_queue>)> done;
+      };
+      auto st = std::make_shared<gather>();
+      st->open = led.size();
+      st->done = std::move(done);
+      // The answers come to this one bridge actor: no lock.
+      for (auto g : led)
+        ask<delivery_queue>(
+          self, parts_[g].store, opts_.service.probe_timeout,
+          std::function<void(reply<delivery_queue>)>{
+            [st, limit](reply<delivery_queue> rep) {
+              if (!rep.ok) {
+                if (!st->failure)
+                  st->failure = std::move(rep);
+              } else {
+                for (auto& r : rep.value.due)
+                  st->q.due.push_back(std::move(r));
+                if (rep.value.next_ms >= 0
+                    && (st->q.next_ms < 0 || rep.value.next_ms < st->q.next_ms))
+                  st->q.next_ms = rep.value.next_ms;
+              }
+              if (--st->open > 0)
+                return;
+              if (st->failure) {
+                st->done(std::move(*st->failure));
+                return;
+              }
+              auto& due = st->q.due;
+              std::sort(due.begin(), due.end(),
+                        [](const record& a, const record& b) {
+                          return a.next_attempt_ms < b.next_attempt_ms;
+                        });
+              if (due.size() > limit)
+                due.resize(limit);
+              st->done(success(std::move(st->q)));
+            }},
+          due_atom::value, now_ms, limit);
     });
   }
 
   void metrics(std::function<void(node_metrics)> done) override {
     post([this, done = std::move(done)](caf::event_based_actor* self) {
       auto info = cluster();
-      gather_metrics(self, node_, opts_.service.probe_timeout,
+      gather_metrics(self, parts_, opts_.service.probe_timeout,
                      [done, info](node_metrics m) {
                        m.cluster = info;
                        done(std::move(m));
@@ -331,17 +471,39 @@ public:
                 ls.requests_overloaded};
     for (auto& [m, role] : st.members)
       res.members.push_back({m.id, m.address, cluster::raft_role_name(role)});
+    for (uint16_t g = 0; g < cluster_->partitions; ++g) {
+      auto ps = g == 0 ? st : cluster_->raft->status(g);
+      partition_info p;
+      static_cast<raft_progress&>(p) = ps;
+      p.partition = g;
+      p.role = to_string(ps.role);
+      for (auto& [m, role] : ps.members)
+        if (role == RAFT_VOTER)
+          p.voters.push_back(m.id);
+      res.partitions.push_back(std::move(p));
+    }
     return res;
   }
 
-  void change_cluster(cluster_op op, uint64_t id,
+  void change_cluster(cluster_op op, uint64_t id, uint16_t partition,
                       std::function<void(reply<uint64_t>)> done) override {
     link::request call;
     call.node = id;
     switch (op) {
       case cluster_op::transfer:
+        if (partition >= cluster_->partitions) {
+          reply<uint64_t> res;
+          res.error = errc::invalid_argument;
+          res.detail = "no partition " + std::to_string(partition)
+                       + " (the cluster has "
+                       + std::to_string(cluster_->partitions) + ")";
+          done(std::move(res));
+          return;
+        }
         call.kind = link::op::transfer;
-        break;
+        route<uint64_t>(cluster_, partition, std::move(call), deadline(),
+                        std::move(done));
+        return;
       case cluster_op::remove:
         call.kind = link::op::remove;
         break;
@@ -364,35 +526,110 @@ public:
         break;
       }
     }
-    route<uint64_t>(cluster_, std::move(call), deadline(), std::move(done));
+    change_members(std::make_shared<link::request>(std::move(call)), 0,
+                   std::move(done));
   }
 
   void ready(std::function<void(bool, std::string)> done) override {
     post([this, done = std::move(done)](caf::event_based_actor* self) {
-      // Ready: the ready leader, or a follower that reaches the leader's
-      // front and has applied everything it knows to be committed.
-      auto st = cluster_->raft->status();
-      if (st.leader_id == 0) {
-        done(false, "no raft leader");
-        return;
+      // Ready: for every partition, its ready leader, or a follower that
+      // reaches the leader and has applied everything it knows to be
+      // committed.
+      auto parts = cluster_->partitions;
+      for (uint16_t g = 0; g < parts; ++g) {
+        auto st = cluster_->raft->status(g);
+        auto which = parts == 1 ? std::string{}
+                                : " (partition " + std::to_string(g) + ")";
+        if (st.leader_id == 0) {
+          done(false, "no raft leader" + which);
+          return;
+        }
+        if (!st.leader_ready && st.leader_id == cluster_->raft->id()) {
+          done(false, "leader not ready (catching up)" + which);
+          return;
+        }
+        if (st.applied_index < st.commit_index) {
+          done(false, "applying the committed log" + which);
+          return;
+        }
+        if (!st.leader_ready && !cluster_->raft->leader_linked(g)) {
+          done(false, "connecting to the leader" + which);
+          return;
+        }
       }
-      if (!st.leader_ready && st.leader_id == cluster_->raft->id()) {
-        done(false, "leader not ready (catching up)");
-        return;
-      }
-      if (st.applied_index < st.commit_index) {
-        done(false, "applying the committed log");
-        return;
-      }
-      if (!st.leader_ready && !cluster_->raft->leader_linked()) {
-        done(false, "connecting to the leader");
-        return;
-      }
-      probe_store(self, node_, opts_.service.probe_timeout, std::move(done));
+      probe_store(self, parts_, opts_.service.probe_timeout, std::move(done));
     });
   }
 
 private:
+  // Adds or removes a node in partition `group` and then in the next ones,
+  // each through its leader, in order; stops at the first failure, which
+  // names its partition. A partition that already has the change (an
+  // earlier attempt got that far) is passed, so the same command again
+  // finishes the rest. A node to be removed from a partition it leads
+  // hands that leadership to another voter first (`moves`: how many
+  // such hand-overs this partition had, bounded).
+  void change_members(std::shared_ptr<link::request> call, uint16_t group,
+                      std::function<void(reply<uint64_t>)> done,
+                      int moves = 0, bool moved = false) {
+    auto parts = cluster_->partitions;
+    while (group < parts && already_changed(*call, group)) {
+      ++group;
+      moves = 0;
+    }
+    if (group >= parts) {
+      done(success(uint64_t{0}));
+      return;
+    }
+    if (parts > 1 && call->kind == link::op::remove && !moved && moves < 3
+        && cluster_->raft->status(group).leader_id == call->node) {
+      link::request away;
+      away.kind = link::op::transfer;
+      away.node = 0;
+      route<uint64_t>(cluster_, group, std::move(away), deadline(),
+                      [this, call, group, done,
+                       moves](reply<uint64_t> rep) {
+                        // Another node leads it now (this node's view may
+                        // lag): remove there. Otherwise look again.
+                        bool away = rep.ok && rep.value != 0
+                                    && rep.value != call->node;
+                        change_members(call, group, done, moves + 1, away);
+                      });
+      return;
+    }
+    route<uint64_t>(
+      cluster_, group, *call, deadline(),
+      [this, call, group, parts, done](reply<uint64_t> rep) mutable {
+        if (!rep.ok) {
+          if (parts > 1)
+            rep.detail = "partition " + std::to_string(group) + " of "
+                         + std::to_string(parts) + ": " + rep.detail
+                         + (group > 0 ? " (the partitions before it have "
+                                        "the change: run it again)"
+                                      : "");
+          done(std::move(rep));
+          return;
+        }
+        change_members(call, group + 1, std::move(done));
+      });
+  }
+
+  // Whether this node's view of partition `group`'s configuration has the
+  // change already (a voter added, a member removed). Partition 0 is
+  // always asked: a single partition answers as before.
+  bool already_changed(const link::request& call, uint16_t group) const {
+    if (cluster_->partitions == 1)
+      return false;
+    auto st = cluster_->raft->status(group);
+    auto m = std::find_if(st.members.begin(), st.members.end(),
+                          [&call](const auto& x) {
+                            return x.first.id == call.node;
+                          });
+    if (call.kind == link::op::add)
+      return m != st.members.end() && m->second == RAFT_VOTER;
+    return m == st.members.end();
+  }
+
   // Applies `upd` through a ready leader, retrying until one applied it or
   // `keep_trying` passed.
   void retry_update(record_update upd, caf::timespan keep_trying) {
@@ -440,7 +677,8 @@ private:
       settle_background(cost);
       report(key, rep);
     };
-    route<update_result>(cluster_, update_request(std::move(upd)),
+    auto group = partition(*cluster_, upd.route, upd.key);
+    route<update_result>(cluster_, group, update_request(std::move(upd)),
                          std::chrono::steady_clock::now() + keep_trying,
                          std::move(done));
   }
@@ -483,7 +721,8 @@ private:
     cluster_->bridge->post(std::move(fn));
   }
 
-  node node_;
+  /// Partition g's actors.
+  std::vector<node> parts_;
   routed_service_options opts_;
   mutable std::mutex background_mtx_;
   std::size_t background_ = 0;
@@ -508,13 +747,14 @@ make_routed_service(const cluster::cluster_node& n,
                     routed_service_options opts) {
   auto cr = std::make_shared<cluster_route>();
   cr->raft = n.raft;
+  cr->partitions = static_cast<uint16_t>(n.parts.size());
   cr->context = n.context;
   cr->bridge = n.bridge;
   cr->peers = n.opts.peers;
   cr->remote_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
     n.opts.remote_timeout);
   cr->retry_interval = opts.retry_interval;
-  return std::make_unique<routed_service>(n.local, opts, std::move(cr),
+  return std::make_unique<routed_service>(n.parts, opts, std::move(cr),
                                           n.refused_messages);
 }
 

@@ -44,12 +44,13 @@ void actor_bridge::post(job fn) {
   caf::anon_send(actors_[i], bridge_job{std::move(fn)});
 }
 
-void gather_metrics(caf::event_based_actor* self, const node& n,
-                    caf::timespan timeout,
+void gather_metrics(caf::event_based_actor* self,
+                    const std::vector<node>& nodes, caf::timespan timeout,
                     std::function<void(node_metrics)> done) {
   struct pending {
     node_metrics result;
     size_t open = 0;
+    bool first_store = true;
     std::function<void(node_metrics)> done;
     void finish() {
       if (--open == 0)
@@ -58,49 +59,100 @@ void gather_metrics(caf::event_based_actor* self, const node& n,
   };
   auto st = std::make_shared<pending>();
   st->done = std::move(done);
-  st->open = n.registries.size() + 2;
+  st->open = 1;
   auto fail = [st](caf::error&) {
     st->result.complete = false;
     st->finish();
   };
-  for (auto& shard : n.registries)
-    self->request(shard, timeout, stats_atom::value)
+  for (auto& n : nodes) {
+    st->open += n.registries.size() + 2;
+    for (auto& shard : n.registries)
+      self->request(shard, timeout, stats_atom::value)
+        .then(
+          [st](const registry_stats& x) {
+            auto& r = st->result.registry;
+            r.live += x.live;
+            r.spawned += x.spawned;
+            r.passivated += x.passivated;
+            r.rejected += x.rejected;
+            st->finish();
+          },
+          fail);
+    self->request(n.store, timeout, stats_atom::value)
       .then(
-        [st](const registry_stats& x) {
-          auto& r = st->result.registry;
-          r.live += x.live;
-          r.spawned += x.spawned;
-          r.passivated += x.passivated;
-          r.rejected += x.rejected;
+        [st](persistence::store_stats& x) {
+          auto& s = st->result.store;
+          if (st->first_store) {
+            st->first_store = false;
+            s = std::move(x);
+          } else {
+            s.commits += x.commits;
+            s.failed_commits += x.failed_commits;
+            s.committed_ops += x.committed_ops;
+            s.purged += x.purged;
+            s.max_batch = std::max(s.max_batch, x.max_batch);
+            s.commit_seconds.merge(x.commit_seconds);
+            s.batch_size.merge(x.batch_size);
+            for (auto& u : x.unsettled) {
+              auto same = std::find_if(s.unsettled.begin(), s.unsettled.end(),
+                                       [&u](const unsettled_count& v) {
+                                         return v.route == u.route
+                                                && v.state == u.state;
+                                       });
+              if (same != s.unsettled.end())
+                same->count += u.count;
+              else
+                s.unsettled.push_back(std::move(u));
+            }
+          }
           st->finish();
         },
         fail);
-  self->request(n.store, timeout, stats_atom::value)
-    .then(
-      [st](persistence::store_stats& x) {
-        st->result.store = std::move(x);
-        st->finish();
-      },
-      fail);
-  self->request(n.alarm, timeout, stats_atom::value)
-    .then(
-      [st](const alarm_stats& x) {
-        st->result.alarm = x;
-        st->finish();
-      },
-      fail);
+    self->request(n.alarm, timeout, stats_atom::value)
+      .then(
+        [st](const alarm_stats& x) {
+          auto& a = st->result.alarm;
+          a.runs += x.runs;
+          a.purged += x.purged;
+          if (x.next_due_ms >= 0
+              && (a.next_due_ms < 0 || x.next_due_ms < a.next_due_ms))
+            a.next_due_ms = x.next_due_ms;
+          st->finish();
+        },
+        fail);
+  }
+  st->finish();
 }
 
-void probe_store(caf::event_based_actor* self, const node& n,
+void probe_store(caf::event_based_actor* self, const std::vector<node>& nodes,
                  caf::timespan timeout,
                  std::function<void(bool, std::string)> done) {
-  self->request(n.store, timeout, ready_atom::value)
-    .then([done](bool) { done(true, {}); },
-          [done](caf::error& err) {
-            if (err == caf::sec::request_timeout)
-              return done(false, "store not answering");
-            done(false, "store commits failing: " + describe(err));
-          });
+  // The first failure answers; all answered well: ready.
+  struct pending {
+    size_t open = 1;
+    bool answered = false;
+    std::function<void(bool, std::string)> done;
+    void finish(bool ok, std::string why) {
+      if (answered)
+        return;
+      if (!ok || --open == 0) {
+        answered = true;
+        done(ok, std::move(why));
+      }
+    }
+  };
+  auto st = std::make_shared<pending>();
+  st->done = std::move(done);
+  st->open = nodes.size() + 1;
+  for (auto& n : nodes)
+    self->request(n.store, timeout, ready_atom::value)
+      .then([st](bool) { st->finish(true, {}); },
+            [st](caf::error& err) {
+              if (err == caf::sec::request_timeout)
+                return st->finish(false, "store not answering");
+              st->finish(false, "store commits failing: " + describe(err));
+            });
+  st->finish(true, {});
 }
 
 } // namespace oncegate::gateway

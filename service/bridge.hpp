@@ -115,14 +115,16 @@ void ask(caf::event_based_actor* self, const Handle& hdl, Timeout timeout,
       });
 }
 
-/// Collects the counters of every actor of `n`; answers once all replied
-/// or failed (then `complete` is false).
-void gather_metrics(caf::event_based_actor* self, const node& n,
-                    caf::timespan timeout,
+/// Collects the counters of every actor of `nodes` (a single node's one,
+/// or a cluster node's partitions: counters summed, histograms merged, the
+/// earliest alarm); answers once all replied or failed (then `complete` is
+/// false).
+void gather_metrics(caf::event_based_actor* self,
+                    const std::vector<node>& nodes, caf::timespan timeout,
                     std::function<void(node_metrics)> done);
 
-/// Ready when `n`'s store answers within `timeout`.
-void probe_store(caf::event_based_actor* self, const node& n,
+/// Ready when the store of every one of `nodes` answers within `timeout`.
+void probe_store(caf::event_based_actor* self, const std::vector<node>& nodes,
                  caf::timespan timeout,
                  std::function<void(bool, std::string)> done);
 

@@ -57,13 +57,13 @@ public:
 
   void metrics(std::function<void(node_metrics)> done) override {
     bridge_.post([this, done = std::move(done)](caf::event_based_actor* self) {
-      gather_metrics(self, node_, opts_.probe_timeout, std::move(done));
+      gather_metrics(self, {node_}, opts_.probe_timeout, std::move(done));
     });
   }
 
   void ready(std::function<void(bool, std::string)> done) override {
     bridge_.post([this, done = std::move(done)](caf::event_based_actor* self) {
-      probe_store(self, node_, opts_.probe_timeout, std::move(done));
+      probe_store(self, {node_}, opts_.probe_timeout, std::move(done));
     });
   }
 

@@ -50,7 +50,19 @@ struct link_counters {
   uint64_t requests_overloaded = 0;
 };
 
+/// One partition (Raft group) of a cluster node, as this node sees it.
+struct partition_info : raft_progress {
+  uint16_t partition = 0;
+  /// This node's role in it: `leader`, `follower`, `candidate` or
+  /// `unavailable`.
+  std::string role;
+  /// The ids of its voters, as this node knows its configuration.
+  std::vector<uint64_t> voters;
+};
+
 /// The Raft state of a cluster node (`enabled` is false on a single node).
+/// The fields it inherits are partition 0's (a cluster without partitions
+/// has that one), `partitions` has every partition's.
 struct cluster_info : raft_progress {
   bool enabled = false;
   uint64_t id = 0;
@@ -65,6 +77,7 @@ struct cluster_info : raft_progress {
   uint64_t peer_messages_refused = 0;
   link_counters link;
   std::vector<cluster_member> members;
+  std::vector<partition_info> partitions;
 };
 
 /// Operator changes of a cluster (run on the leader).
@@ -113,7 +126,8 @@ public:
                     std::function<void(reply<record_page>)> done) = 0;
 
   /// Whether this node runs the delivery queue now (a single node always;
-  /// in a cluster only the ready leader: one node at a time delivers), and
+  /// in a cluster the ready leader of some partition: one node at a time
+  /// delivers each partition's records, see `delivery_of`), and
   /// the fence of attempts it starts (`term`: the Raft term, 0 on a single
   /// node) and its node id (`owner` of the attempts).
   struct delivery_turn {
@@ -125,8 +139,17 @@ public:
     return {};
   }
 
-  /// Reads this node's delivery queue (`delivery_queue`); only meaningful
-  /// where `delivery().mine`.
+  /// The turn of the record of `(route, key)`: whether this node delivers
+  /// it now (in a cluster: it is the ready leader of the key's partition)
+  /// and the fence of its attempts (that partition's term).
+  virtual delivery_turn delivery_of(const std::string&,
+                                    const std::string&) const {
+    return delivery();
+  }
+
+  /// Reads this node's delivery queue (`delivery_queue`; in a cluster the
+  /// queues of the partitions it leads); only meaningful where
+  /// `delivery().mine`.
   virtual void due(int64_t, uint32_t,
                    std::function<void(reply<delivery_queue>)> done) {
     reply<delivery_queue> res;
@@ -148,8 +171,9 @@ public:
   }
 
   /// Applies an operator's change through the leader; the value is the
-  /// leader after a transfer, 0 otherwise.
-  virtual void change_cluster(cluster_op op, uint64_t id,
+  /// leader after a transfer, 0 otherwise. Adds and removals apply to every
+  /// partition (each through its leader); a transfer to `partition` only.
+  virtual void change_cluster(cluster_op op, uint64_t id, uint16_t partition,
                               std::function<void(reply<uint64_t>)> done) {
     reply<uint64_t> res;
     res.error = errc::invalid_argument;

@@ -129,7 +129,7 @@ public:
     done(true, {});
   }
 
-  void change_cluster(cluster_op, uint64_t,
+  void change_cluster(cluster_op, uint64_t, uint16_t,
                       std::function<void(reply<uint64_t>)> done) override {
     ++cluster_changes;
     done({});

@@ -153,15 +153,33 @@ class ClusterNode(drill_cluster.LocalNode):
     def status(self):
         return self.get_json("/v1/cluster")
 
-    def query(self, sql, *args):
+    def databases(self):
+        """The node's SQLite files: partition 0's `oncegate.db`, then
+        partition g's `oncegate-p<g>.db` (g = 1, 2, ...)."""
+        out = [os.path.join(self.data_dir, "oncegate.db")]
+        g = 1
+        while os.path.exists(os.path.join(self.data_dir,
+                                          "oncegate-p%d.db" % g)):
+            out.append(os.path.join(self.data_dir, "oncegate-p%d.db" % g))
+            g += 1
+        return out
+
+    def query(self, sql, *args, partition=None):
         """Runs `sql` on a read-only connection to the node's SQLite (WAL:
-        it reads the last committed state while the node writes)."""
-        path = os.path.join(self.data_dir, "oncegate.db")
-        db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
-        try:
-            return db.execute(sql, args).fetchall()
-        finally:
-            db.close()
+        it reads the last committed state while the node writes): of
+        `partition`, or of every partition (the rows of all, in order)."""
+        paths = self.databases()
+        if partition is not None:
+            paths = [paths[partition]]
+        rows = []
+        for path in paths:
+            db = sqlite3.connect("file:%s?mode=ro" % path, uri=True,
+                                 timeout=10)
+            try:
+                rows.extend(db.execute(sql, args).fetchall())
+            finally:
+                db.close()
+        return rows
 
     def rows(self):
         """The `records` table, sorted."""
@@ -181,7 +199,7 @@ class ClusterNode(drill_cluster.LocalNode):
                 for k in keys]
 
     def count_records(self):
-        return self.query("SELECT count(*) FROM records")[0][0]
+        return sum(n for (n,) in self.query("SELECT count(*) FROM records"))
 
     def log_count(self, text):
         """How often `text` occurs in the whole log."""
@@ -196,9 +214,11 @@ class Cluster(drill_cluster.Cluster):
     """Up to `peers` nodes on loopback, ids 1..peers; each node's INI lists
     the peers it is told to (`add`). The waits raise AssertionError."""
 
-    def __init__(self, root, upstream_url, peers=3, tls=True):
+    def __init__(self, root, upstream_url, peers=3, tls=True,
+                 partitions=None):
         super().__init__()
         self.root = root
+        self.partitions = partitions
         self.upstream_url = upstream_url
         # Mutual TLS between the nodes, as every cluster runs by default.
         self.tls_dir = drill_cluster.make_certs(
@@ -224,7 +244,8 @@ allow-unauthenticated-loopback=true
 upstream="{url}"
 """.format(route=ROUTE, url=self.upstream_url) + cluster_section(
             node_id, [self.peer_lines[i - 1] for i in peer_ids],
-            remote_timeout="1s", join=join, tls_dir=self.tls_dir)
+            remote_timeout="1s", join=join, tls_dir=self.tls_dir,
+            partitions=self.partitions)
 
     def add(self, node_id, peer_ids, join=False):
         """Writes node `node_id`'s INI (peers: ids listed in cluster.peers)
@@ -793,11 +814,13 @@ class OwnClusterCase(ClusterCase):
     """A fresh cluster per test (the case does not leave it whole)."""
 
     PEERS = 3
+    PARTITIONS = None  # cluster.partitions (None: not set, one)
 
     def setUp(self):
         self.up = TestUpstream().start()
         self.tmp = TempDir()
-        self.cluster = Cluster(self.tmp.path, self.up.url, peers=self.PEERS)
+        self.cluster = Cluster(self.tmp.path, self.up.url, peers=self.PEERS,
+                               partitions=self.PARTITIONS)
 
     def tearDown(self):
         try:
@@ -990,7 +1013,8 @@ class LeaderShutdownTest(OwnClusterCase):
 
     def setUp(self):
         super().setUp()
-        self.cluster = LongGraceCluster(self.tmp.path, self.up.url)
+        self.cluster = LongGraceCluster(self.tmp.path, self.up.url,
+                                        partitions=self.PARTITIONS)
 
     def test_a_leader_stops_cleanly_after_answering_the_other_nodes(self):
         lid = self.start_nodes([1, 2, 3], [1, 2, 3])

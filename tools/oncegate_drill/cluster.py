@@ -179,17 +179,35 @@ def ready_leader(statuses):
 def caught_up(statuses, index="commit_index", exact=False):
     """The leader's `index` (commit_index, last_index) when every node in
     `statuses` answered, exactly one is the leader and every node has
-    applied that index (`exact`: no more, no less); else None."""
+    applied that index (`exact`: no more, no less); else None. With
+    several partitions, the same for each: the tuple of their indexes."""
     if any(s is None for s in statuses.values()):
         return None
-    leaders = [s for s in statuses.values() if s.get("role") == "leader"]
-    if len(leaders) != 1:
+    docs = list(statuses.values())
+    parts = [d.get("partitions") or [d] for d in docs]
+    if len({len(p) for p in parts}) != 1:
         return None
-    target = leaders[0][index]
-    if all(s["applied_index"] == target if exact
-           else s["applied_index"] >= target for s in statuses.values()):
-        return target
-    return None
+    targets = []
+    for g in range(len(parts[0])):
+        views = [p[g] for p in parts]
+        leaders = [v for v in views if v.get("role") == "leader"]
+        if len(leaders) != 1:
+            return None
+        target = leaders[0].get(index, leaders[0].get("commit_index"))
+        if not all(v["applied_index"] == target if exact
+                   else v["applied_index"] >= target for v in views):
+            return None
+        targets.append(target)
+    return targets[0] if len(targets) == 1 else tuple(targets)
+
+
+def partition_leaders(status):
+    """{partition: leader id} of one node's /v1/cluster document (a
+    cluster without partitions: {0: leader})."""
+    if not status:
+        return {}
+    parts = status.get("partitions") or [dict(status, partition=0)]
+    return {p["partition"]: p["leader_id"] for p in parts}
 
 
 # -- nodes --------------------------------------------------------------------
@@ -468,6 +486,21 @@ class Cluster:
             ids = self.serving()
             return ids[0] if ids and self.ready(ids[0]) else None
         return ready_leader(self.statuses(ids))
+
+    def agreed_partition_leaders(self, ids=None):
+        """{partition: leader} when every answering node among `ids`
+        (default: the serving ones) names the same leader, one of them, for
+        every partition; else None."""
+        st = {i: s for i, s in self.statuses(ids).items() if s}
+        if not st:
+            return None
+        views = [partition_leaders(s) for s in st.values()]
+        first = views[0]
+        if any(v != first for v in views[1:]):
+            return None
+        if any(lid not in st for lid in first.values()):
+            return None
+        return first
 
     def wait_leader(self, ids=None, timeout=LEADER_TIMEOUT, interval=0.05):
         """The leader (see `leader`) once there is one; None after

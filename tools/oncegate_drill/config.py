@@ -26,25 +26,27 @@ def peer_entry(node_id, host, port):
 
 
 def cluster_section(node_id, peers, remote_timeout="2s", join=None,
-                    tls_dir=None):
+                    tls_dir=None, partitions=None):
     """The [cluster] section of node `node_id` (`peers`: peer_entry
     strings); `join` (True/False) writes `join=`, None leaves it out.
     `tls_dir`: the certificates of make_certs (mutual TLS between the
-    nodes); None: `insecure=true`."""
+    nodes); None: `insecure=true`. `partitions`: `cluster.partitions`
+    (None: left out, one partition)."""
     return """
 [cluster]
 id={id}
 peers=[
   {peers}
 ]
-{join}{tls}election-timeout=500ms
+{join}{tls}{parts}election-timeout=500ms
 heartbeat-timeout=50ms
 remote-timeout={remote}
 leader-wait=3s
 """.format(id=node_id, peers=",\n  ".join(peers), remote=remote_timeout,
            join="" if join is None else "join=%s\n" % (
                "true" if join else "false"),
-           tls=tls_lines(tls_dir, node_id))
+           tls=tls_lines(tls_dir, node_id),
+           parts="" if partitions is None else "partitions=%d\n" % partitions)
 
 
 def tls_lines(tls_dir, node_id):

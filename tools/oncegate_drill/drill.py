@@ -37,7 +37,7 @@ from .netlab import Disks, NetLab, Registry, root_unavailable
 from .senders import StandardWebhooksSender, TradingViewSender
 from .traffic import Traffic, resend
 from .verdict import IN_DOUBT, IN_FLIGHT, QUEUED, Findings, Verdict, \
-    read_records
+    node_databases, read_node_records, read_records
 
 # Settings of every node the drill starts, suited to its fast counting
 # upstream (it answers within milliseconds; no drill sets a slow mode): a
@@ -211,9 +211,8 @@ class Drill(FaultSchedule):
             if self.sc.reconcile == "true":
                 waiting.add(IN_DOUBT)
             bound = max(bound, self.sc.duration("expect", "delivered-within"))
-        paths = [os.path.join(n.data_dir, "oncegate.db")
-                 for _, n in sorted(self.cluster.nodes.items())
-                 if n.data_dir]
+        paths = [path for _, n in sorted(self.cluster.nodes.items())
+                 if n.data_dir for path in node_databases(n.data_dir)]
         t0 = time.monotonic()
         deadline = t0 + bound
         while True:
@@ -303,7 +302,10 @@ class Drill(FaultSchedule):
                                  data_dir, token)
             text += self.route_sections()
             if self.clustered:
-                text += cluster_section(i, peers, tls_dir=tls_dir)
+                text += cluster_section(
+                    i, peers, tls_dir=tls_dir,
+                    partitions=self.sc.partitions
+                    if self.sc.partitions > 1 else None)
             with open(ini, "w") as f:
                 f.write(text)
             argv = [self.args.bin, "--config-file=" + ini] + self.node_args()
@@ -445,12 +447,12 @@ class Drill(FaultSchedule):
             for i, n in sorted(self.cluster.nodes.items()):
                 if not n.data_dir:
                     continue
-                path = os.path.join(n.data_dir, "oncegate.db")
                 try:
-                    dbs[i], applied[i] = read_records(path, routes)
+                    dbs[i], applied[i] = read_node_records(n.data_dir, routes)
                 except sqlite3.Error as e:
                     self.findings.violation("database-unreadable", node=i,
-                                            detail="%s: %s" % (path, e))
+                                            detail="%s: %s" % (n.data_dir,
+                                                               e))
                     return {}, {}, {}
             for key in set().union(*dbs.values()) if dbs else ():
                 states = {i: db.get(key, (None,))[0]
@@ -567,6 +569,8 @@ class Drill(FaultSchedule):
             "faults": self.fault_log,
             "timeline": self.timeline,
             "availability": verdict.availability(traffic_end, recovery),
+            "partitions": verdict.partition_availability(traffic_end,
+                                                         self.fault_log),
             "latency_ms": verdict.latency(),
             "statuses": statuses,
             "statuses_by_node": by_node,

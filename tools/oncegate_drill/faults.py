@@ -57,6 +57,23 @@ class FaultSchedule:
             if not others:
                 raise FaultFailed("no serving follower")
             return [self.rng.choice(others)]
+        if t == "busiest" or t.startswith("leader-of-"):
+            leaders = wait_until(c.agreed_partition_leaders, LEADER_TIMEOUT,
+                                 0.05)
+            if leaders is None:
+                raise FaultFailed("the nodes do not agree on the partitions' "
+                                  "leaders within %ds: %s"
+                                  % (LEADER_TIMEOUT, c.statuses()))
+            if t == "busiest":
+                counts = {}
+                for lid in leaders.values():
+                    counts[lid] = counts.get(lid, 0) + 1
+                return [max(sorted(counts), key=lambda i: counts[i])]
+            k = t[len("leader-of-"):]
+            if not k.isdigit() or int(k) not in leaders:
+                raise FaultFailed("no partition %s (the cluster has %d)"
+                                  % (k, len(leaders)))
+            return [leaders[int(k)]]
         if t == "random":
             serving = c.serving()
             if not serving:
@@ -72,8 +89,9 @@ class FaultSchedule:
             return [int(t)]
         if t in self.bindings:
             return self.bindings[t]
-        raise FaultFailed("unknown target %r (not leader, follower, random, "
-                          "all, a node id or an as= name)" % t)
+        raise FaultFailed("unknown target %r (not leader, follower, busiest, "
+                          "leader-of-K, random, all, a node id or an as= "
+                          "name)" % t)
 
     def run_faults(self):
         cycle_start = 0.0
@@ -97,6 +115,12 @@ class FaultSchedule:
                 raise FaultSkipped("no process control over --targets nodes")
             ids = self.resolve(fault)
             entry["nodes"] = ids
+            if self.sc.partitions > 1 and ids:
+                # Which partitions the nodes it hits lead (the verdict's
+                # per-partition waits are read against them).
+                leaders = self.cluster.agreed_partition_leaders() or {}
+                entry["led"] = {str(i): sorted(g for g, lid in leaders.items()
+                                               if lid == i) for i in ids}
             if "as" in fault.options:
                 self.bindings[fault.options["as"]] = ids
             entry["result"] = getattr(

@@ -1,5 +1,5 @@
 """What oncegate derives from a request, computed the same way in Python:
-the derived key of a signal without an id, the key an upstream sees, the
+the derived key of a signal without an id, its partition, the key an upstream sees, the
 body's canonical fingerprint, and the signatures senders put on a request
 (GitHub, Standard Webhooks). One helper for the drill's senders and the
 process tests (tests/process/test_contract.py, test_logging.py).
@@ -12,6 +12,14 @@ import base64
 import hashlib
 import hmac
 import json
+
+
+def partition_of(route, key, partitions):
+    """The partition of (route, key) among `partitions`
+    (common/partition.hpp; docs/cluster.md, Partitions)."""
+    r, k = route.encode(), key.encode()
+    digest = hashlib.sha256(len(r).to_bytes(4, "little") + r + k).digest()
+    return int.from_bytes(digest[:8], "big") % partitions
 
 
 def derived_key(exchange, symbol, action, ms):

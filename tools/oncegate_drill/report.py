@@ -106,6 +106,23 @@ def text_report(r, json_path):
     for w in sorted(a["windows"], key=lambda w: -w["duration"])[:8]:
         add("    +%.2fs .. +%.2fs  %.2fs" % (w["start"], w["end"],
                                              w["duration"]))
+    pa = r.get("partitions")
+    if pa:
+        add("")
+        add("partitions (%d): the longest a signal waited for its decision"
+            % pa["partitions"])
+
+        def secs(x):
+            return "-" if x is None else "%.2fs" % x
+        add("  partitions whose leader a fault hit %s, the others %s"
+            % (secs(pa["hit_longest_wait_s"]),
+               secs(pa["others_longest_wait_s"])))
+        for p in pa["per_partition"]:
+            add("    partition %-3d %s %5d signals, longest wait %.2fs, "
+                "%d windows > %gs" % (p["partition"],
+                                     "hit " if p["hit"] else "    ",
+                                     p["signals"], p["longest_wait_s"],
+                                     len(p["windows"]), pa["gap_s"]))
     add("")
     add("latency (ms)        count     p50     p99     max")
     for name in ("attempt", "decision"):

@@ -22,6 +22,9 @@ SCENARIO_DEFAULTS = {
         "name": "",
         "description": "",
         "nodes": "3",
+        # cluster.partitions of a generated cluster (Raft groups the keys
+        # spread over; docs/cluster.md, Partitions).
+        "partitions": "1",
         # loopback, or netns (each node in its own network namespace; root
         # only). Partition faults need netns and select it by themselves.
         "network": "loopback",
@@ -209,6 +212,7 @@ class Scenario:
         self.name = self.get("drill", "name") or base
         self.description = self.get("drill", "description")
         self.nodes = self.int("drill", "nodes", 1, 9)
+        self.partitions = self.int("drill", "partitions", 1, 256)
         self.network = self.get("drill", "network")
         if self.network not in ("loopback", "netns"):
             raise UsageError("[drill] network is loopback or netns")

@@ -9,9 +9,11 @@ the drill gathered (traffic.Traffic, upstream counts, databases).
 """
 
 import math
+import os
 import sqlite3
 import time
 
+from .keys import partition_of
 from .senders import decided
 from .traffic import RESEND_TIMEOUT
 
@@ -74,9 +76,32 @@ def iso_ms(ms):
         ".%03dZ" % (ms % 1000)
 
 
+def node_databases(data_dir):
+    """A node's SQLite files: partition 0's `oncegate.db`, then partition
+    g's `oncegate-p<g>.db` (g = 1, 2, ...)."""
+    out = [os.path.join(data_dir, "oncegate.db")]
+    while os.path.exists(os.path.join(data_dir,
+                                      "oncegate-p%d.db" % len(out))):
+        out.append(os.path.join(data_dir, "oncegate-p%d.db" % len(out)))
+    return out
+
+
+def read_node_records(data_dir, routes):
+    """`read_records` of every partition of the node in `data_dir`: the
+    records of all, and the applied index (with several partitions, their
+    applied indexes joined by '/')."""
+    records, applied = {}, []
+    for path in node_databases(data_dir):
+        recs, idx = read_records(path, routes)
+        records.update(recs)
+        applied.append(idx)
+    return records, applied[0] if len(applied) == 1 else "/".join(
+        str(a) for a in applied)
+
+
 def read_records(path, routes):
     """{(route, key): (state, owner, first_seen_ms, expires_at_ms)} of one
-    node's SQLite (read-only) and its applied Raft index (None on a single
+    SQLite file (read-only) and its applied Raft index (None on a single
     node)."""
     db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
     try:
@@ -363,6 +388,57 @@ class Verdict:
                 "longest_s": round(longest, 3),
                 "recovery_s": round(recovery, 3) if recovery is not None
                 else None}
+
+    def partition_availability(self, traffic_end, faults):
+        """With several partitions: per partition, how long the requests
+        that got a decision waited for it (the longest, and the windows
+        longer than [expect] gap in which some waited), and whether a fault
+        hit the node leading it (the fault log's `led`). A node's loss must
+        pause only the partitions it led: a request to a surviving node for
+        a key of another partition is answered at once. (A request sent to
+        the node that died fails, and its sender's retry comes later:
+        that is the sender's wait, the same whatever the partitions, and
+        not counted here.) None with one partition."""
+        parts = self.sc.partitions
+        if parts <= 1:
+            return None
+        gap = self.sc.duration("expect", "gap")
+        hit = set()
+        for f in faults:
+            for led in (f.get("led") or {}).values():
+                hit.update(led)
+        waits = {g: [] for g in range(parts)}
+        home = {s.index: partition_of(s.sender.route, s.key, parts)
+                for s in self.traffic.signals}
+        for start, end, _, result, _, index in self.traffic.attempts:
+            if start <= traffic_end and decided(result) and index in home:
+                waits[home[index]].append((start, end))
+        out = []
+        for g in range(parts):
+            spans = sorted(waits[g])
+            windows, longest = [], 0.0
+            for start, end in spans:
+                longest = max(longest, end - start)
+                if end - start <= gap:
+                    continue
+                if windows and start <= windows[-1][1]:
+                    windows[-1][1] = max(windows[-1][1], end)
+                else:
+                    windows.append([start, end])
+            out.append({"partition": g, "signals": len(spans),
+                        "hit": g in hit,
+                        "longest_wait_s": round(longest, 3),
+                        "windows": [{"start": round(a, 3), "end": round(b, 3),
+                                     "duration": round(b - a, 3)}
+                                    for a, b in windows]})
+
+        def worst(flag):
+            return max((p["longest_wait_s"] for p in out if p["hit"] == flag),
+                       default=None)
+        return {"partitions": parts, "gap_s": gap,
+                "hit_longest_wait_s": worst(True),
+                "others_longest_wait_s": worst(False),
+                "per_partition": out}
 
     def latency(self):
         t = self.traffic
