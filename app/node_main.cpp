@@ -293,8 +293,8 @@ void print_long_help(const node_config& cfg, const std::string& version) {
 
 // Copies the database at `opts.path` into `cfg.backup_to` in one read
 // transaction and says what the copy holds.
-int copy_database(const node_config& cfg,
-                  const persistence::store_options& opts) {
+int copy_database(const persistence::store_options& opts,
+                  const std::string& to) {
   auto db = persistence::sqlite_store::open_reader(opts);
   if (!db) {
     std::cerr << "oncegate: backup failed: " << describe(db.error()) << '\n';
@@ -304,7 +304,7 @@ int copy_database(const node_config& cfg,
   // describes exactly the moment the file holds, writers going on or not.
   auto applied = (*db)->begin_read();
   auto count = (*db)->count();
-  auto err = (*db)->backup_to(cfg.backup_to);
+  auto err = (*db)->backup_to(to);
   (*db)->rollback(); // ends the read transaction
   if (err || !applied || !count) {
     std::cerr << "oncegate: backup failed: "
@@ -314,7 +314,7 @@ int copy_database(const node_config& cfg,
     return 1;
   }
   std::cout << "oncegate: backup of " << opts.path << " written to "
-            << cfg.backup_to << " (" << *count
+            << to << " (" << *count
             << " records, applied index " << *applied
             << ")\n";
   return 0;
@@ -332,17 +332,17 @@ bool node_running(const std::string& dir) {
   return held;
 }
 
-// `--backup-to=FILE`: copies the database of `data-dir` (running node or
-// not) into FILE through a read-only connection.
-int backup(const node_config& cfg) {
+// Copies the database file `from` into `to` (see `backup`).
+int backup_file(const node_config& cfg, const std::string& from,
+                const std::string& to) {
   auto opts = cfg.node_opts().store;
-  opts.path = (std::filesystem::path{cfg.data_dir} / "oncegate.db").string();
+  opts.path = from;
   // The reader would copy what SQLite reads of a damaged WAL without a word.
   // Only a stopped node's WAL is judged: a running node checked its own at
   // start, and frames it is writing now read as torn or damaged (a backup
   // under writes was refused with exit 65: process.backup).
   if (node_running(cfg.data_dir))
-    return copy_database(cfg, opts);
+    return copy_database(opts, to);
   auto wal = persistence::check_wal(opts.path);
   if (!wal) {
     std::cerr << "oncegate: backup failed: " << describe(wal.error()) << '\n';
@@ -355,7 +355,25 @@ int backup(const node_config& cfg) {
                  "damaged WAL\")\n";
     return exit_wal_damaged;
   }
-  return copy_database(cfg, opts);
+  return copy_database(opts, to);
+}
+
+// `--backup-to=FILE`: copies the database of `data-dir` (running node or
+// not) into FILE through a read-only connection; a cluster node's
+// partitions beyond the first (`oncegate-p<g>.db`) into `FILE.p<g>`, one
+// after the other (each consistent as of its own moment: a partition's
+// records are its own).
+int backup(const node_config& cfg) {
+  auto code = backup_file(cfg, cluster::partition_db(cfg.data_dir, 0),
+                          cfg.backup_to);
+  for (uint16_t g = 1; code == 0 && g < link::max_groups; ++g) {
+    auto from = cluster::partition_db(cfg.data_dir, g);
+    std::error_code ec;
+    if (!std::filesystem::exists(from, ec))
+      break;
+    code = backup_file(cfg, from, cfg.backup_to + ".p" + std::to_string(g));
+  }
+  return code;
 }
 
 } // namespace

@@ -16,8 +16,14 @@
 # of each node (a node's CPU divided by all the cluster's decisions: what a
 # machine of its own would spend per cluster decision), the largest
 # node's against one node's, the spread of CPU and of leaderships
-# (max/min), and unloaded latencies. Needs wrk. Everything it starts is
-# stopped on exit; every wait is bounded.
+# (max/min), unloaded latencies, and the elections (or transfers) during
+# the load: the sum over the partitions of their term's rise.
+# ELECTION_TIMEOUT (default 500ms) is the clusters' cluster.election-timeout;
+# CLUSTER_INI adds [cluster] lines (words, e.g. "max-outstanding=1");
+# SETUPS (default "single 1 PARTITIONS") picks the setups, e.g.
+# SETUPS=8 WRK_SECONDS=600 C1_SECONDS=5 for ten minutes of load on the partitioned
+# cluster alone (a loaded run must see no election). Needs wrk.
+# Everything it starts is stopped on exit; every wait is bounded.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LIB=$ROOT/bench/lib
@@ -26,6 +32,9 @@ ROUNDS=${1:-1}
 PARTS=${2:-8}
 BIN=${ONCEGATE_BIN:-$ROOT/build/tools/oncegate}
 SECS=${WRK_SECONDS:-6}
+C1_SECS=${C1_SECONDS:-$SECS}
+ELECTION=${ELECTION_TIMEOUT:-500ms}
+SETUPS=${SETUPS:-single 1 $PARTS}
 HZ=$(getconf CLK_TCK)
 D=$(mktemp -d /tmp/oncegate-parts.XXXXXX)
 PIDS=()
@@ -47,9 +56,11 @@ command -v wrk >/dev/null || { echo "$0: needs wrk" >&2; exit 2; }
 start_bin() { start_node "$BIN" "$@"; }
 cpu_ticks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat"; done; }
 
-# wrk against port $1 with $2 connections, output in $3.
+# wrk against port $1 with $2 connections, output in $3, for $4 seconds
+# (default WRK_SECONDS).
 wrk_to() {
-  timeout $((SECS + 30)) wrk -t1 -c"$2" -d"${SECS}s" --latency \
+  local secs=${4:-$SECS}
+  timeout $((secs + 30)) wrk -t1 -c"$2" -d"${secs}s" --latency \
     -s "$WRK_LUA_DIR/unique.lua" "http://127.0.0.1:$1/v1/webhook" \
     -- "parts-$$-$RANDOM-$1" >"$3" 2>&1
 }
@@ -62,7 +73,7 @@ unloaded() {
   shift
   for port in "$@"; do
     i=$((i + 1))
-    wrk_to "$port" 1 "$D/c1.out"
+    wrk_to "$port" 1 "$D/c1.out" "$C1_SECS"
     echo "$tag c1 via node $i: p50 $(pct "$D/c1.out" 50) p99 $(pct "$D/c1.out" 99)" \
       "($(requests "$D/c1.out") requests)"
   done
@@ -100,6 +111,16 @@ loaded() {
     "$(awk -v a="$max" -v b="$min" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')"
 }
 
+# The sum of the partitions' terms as node port $1 reports them.
+terms() {
+  python3 - "$1" <<'EOF'
+import json, sys, urllib.request
+with urllib.request.urlopen("http://127.0.0.1:%s/v1/cluster" % sys.argv[1],
+                            timeout=5) as r:
+    print(sum(p["term"] for p in json.load(r)["partitions"]))
+EOF
+}
+
 # The partitions' leaders as every node reports them: "a b c" (counts per
 # node 1..3) once all nodes agree and the spread is floor/ceil; bounded.
 wait_spread() {
@@ -133,17 +154,22 @@ while True:
 EOF
 }
 
+single_cpu=0 single_rate=0
 for r in $(seq "$ROUNDS"); do
-  rm -rf "$D"/n* "$D/tls"
-  start_node "$BIN" 1
-  unloaded "round $r single" "$PORT"
-  PORTS=("$PORT")
-  loaded "round $r single" 48
-  single_cpu=$TOTAL single_rate=$RATE
-  stop_all
-  for p in 1 "$PARTS"; do
+  for p in $SETUPS; do
     rm -rf "$D"/n* "$D/tls"
-    start_cluster start_bin 'election-timeout=500ms' "partitions=$p"
+    if [ "$p" = single ]; then
+      start_node "$BIN" 1
+      unloaded "round $r single" "$PORT"
+      PORTS=("$PORT")
+      loaded "round $r single" "${LOAD_CONNS:-48}"
+      single_cpu=$TOTAL single_rate=$RATE
+      stop_all
+      continue
+    fi
+    # shellcheck disable=SC2086 # CLUSTER_INI: more [cluster] lines
+    start_cluster start_bin "election-timeout=$ELECTION" "partitions=$p" \
+      ${CLUSTER_INI:-}
     PORTS=("${HTTP[1]}" "${HTTP[2]}" "${HTTP[3]}")
     if [ "$p" = 1 ]; then
       echo "round $r P=1: leader node $LID"
@@ -153,7 +179,12 @@ for r in $(seq "$ROUNDS"); do
         "$(awk -v s="$spread" 'BEGIN { n = split(s, a, " "); mx = a[1]; mn = a[1]; for (i = 2; i <= n; i++) { if (a[i] > mx) mx = a[i]; if (a[i] < mn) mn = a[i] } if (mn > 0) printf "%.2f", mx / mn; else print "-" }'))"
     fi
     unloaded "round $r P=$p" "${PORTS[@]}"
-    loaded "round $r P=$p" 48
+    t0=$(terms "${PORTS[0]}")
+    loaded "round $r P=$p" "${LOAD_CONNS:-48}"
+    t1=$(terms "${PORTS[0]}")
+    echo "round $r P=$p: elections or transfers during the load: $((t1 - t0))" \
+      "(election timeout $ELECTION)"
+    [ "$single_cpu" != 0 ] || { stop_all; continue; }
     echo "round $r P=$p: rate $(awk -v a="$RATE" -v b="$single_rate" 'BEGIN { printf "%.2f", a / b }')x one node's;" \
       "all nodes' CPU per decision $(awk -v a="$TOTAL" -v b="$single_cpu" 'BEGIN { printf "%.2f", a / b }')x," \
       "the busiest node's $(awk -v a="$NODE_MAX" -v b="$single_cpu" 'BEGIN { printf "%.2f", a / b }')x one node's ($single_cpu us)"

@@ -731,6 +731,14 @@ void ask(raft_uv_transport* t, uint64_t peer, request req,
   i->second->ask(std::move(req), port_of(t).group, timeout, std::move(done));
 }
 
+void give_up(raft_uv_transport* t, uint64_t peer, const std::string& why) {
+  auto& x = self_of(t);
+  auto i = x.links.find(peer);
+  if (i == x.links.end())
+    return;
+  i->second->fail_group_asks(port_of(t).group, errc::leadership_lost, why);
+}
+
 void reply(raft_uv_transport* t, const served& to, answer ans) {
   auto& x = self_of(t);
   auto i = x.conns.find(to.connection);

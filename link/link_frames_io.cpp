@@ -615,6 +615,30 @@ void connection::fail_asks(errc code, const std::string& why) {
   }
 }
 
+void connection::fail_group_asks(uint16_t group, errc code,
+                                 const std::string& why) {
+  std::vector<pending> failing;
+  for (auto i = asks.begin(); i != asks.end();) {
+    auto kind = i->second.kind;
+    if (i->second.group != group || kind == op::transfer || kind == op::add
+        || kind == op::remove) {
+      ++i;
+      continue;
+    }
+    deadlines.erase(i->second.deadline);
+    failing.push_back(std::move(i->second));
+    i = asks.erase(i);
+  }
+  for (auto& p : failing) {
+    ++owner->requests_failed;
+    answer res;
+    res.kind = p.kind;
+    res.error = code;
+    res.detail = why;
+    p.done(std::move(res));
+  }
+}
+
 void connection::on_request(uint64_t id, uint16_t group,
                             std::string_view payload) {
   request req;

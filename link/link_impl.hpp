@@ -305,6 +305,8 @@ struct connection {
   void expire_asks();
   void arm_timer();
   void fail_asks(errc code, const std::string& why);
+  /// `fail_asks` of one group's requests.
+  void fail_group_asks(uint16_t group, errc code, const std::string& why);
 };
 
 // One Raft group's transport: what `raft_uv_transport::impl` points to.

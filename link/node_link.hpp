@@ -207,6 +207,15 @@ void set_peers(raft_uv_transport* t, std::map<uint64_t, std::string> peers);
 void ask(raft_uv_transport* t, uint64_t peer, request req,
          std::chrono::milliseconds timeout, answer_fn done);
 
+/// Fails the requests of `t`'s group waiting for node `peer`'s answer
+/// with `leadership_lost` ("the outcome is unknown"): that node no longer
+/// leads the group, so an answer may never come, and the asker retries
+/// (with the same request id) at the group's next leader instead of
+/// waiting out its timeout. Membership changes and transfers are left to
+/// their answer (a transfer's comes after the leadership moved). On the
+/// loop thread.
+void give_up(raft_uv_transport* t, uint64_t peer, const std::string& why);
+
 /// Answers a served request (see `server_fn`). On the loop thread.
 void reply(raft_uv_transport* t, const served& to, answer ans);
 

@@ -202,8 +202,19 @@ void raft_node::impl::refresh() {
     configuration_index = conf_index;
     changed = true;
   }
-  if (next.leader_id != current.leader_id)
+  if (next.leader_id != current.leader_id) {
     ++next.leader_changes;
+    // Requests this node forwarded to the leader it knew may never be
+    // answered now (a leader that is hung or cut off answers late or not
+    // at all): retried at the next leader with their request ids instead
+    // of waiting out `cluster.remote-timeout`.
+    auto old = current.leader_id;
+    if (old != 0 && old != opts.id && !closing)
+      link::give_up(&transport, old,
+                    "node " + std::to_string(old) + " no longer leads group "
+                      + std::to_string(group)
+                      + ": the outcome is unknown");
+  }
   if (changed) {
     next.members.clear();
     for (unsigned i = 0; i < r.configuration.n; ++i) {

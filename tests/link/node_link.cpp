@@ -35,10 +35,12 @@
 #include "link/link_impl.hpp"
 #include "link/node_link.hpp"
 #include "tests/common/fixture.hpp"
+#include "tests/common/sockets.hpp"
 #include "tests/common/tls_offer.hpp"
 
 using namespace oncegate;
 using namespace oncegate::link;
+using oncegate::test::free_port;
 using namespace std::chrono_literals;
 
 namespace {
@@ -96,21 +98,6 @@ const cert_files& certs() {
 }
 
 // -- sockets ----------------------------------------------------------------------
-
-// A TCP port that was free a moment ago (bound to port 0, then closed).
-uint16_t free_port() {
-  auto fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CAF_REQUIRE_EQUAL(::bind(fd, reinterpret_cast<sockaddr*>(&addr),
-                           sizeof(addr)),
-                    0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string local(uint16_t port) {
   return "127.0.0.1:" + std::to_string(port);

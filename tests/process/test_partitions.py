@@ -26,6 +26,7 @@ Every wait is a bounded poll; every process is killed in tearDown.
 import hashlib
 import json
 import os
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -197,6 +198,33 @@ class PartitionedClusterTest(SharedClusterCase):
                         % (placed.last,))
 
     @with_logs
+    def test_a_backup_has_every_partition(self):
+        self.wait_spread()
+        keys = ["backup-%02d" % i for i in range(24)]
+        for i, k in enumerate(keys):
+            code, _, body = self.post(1 + i % 3, k)
+            self.assertEqual(code, 200, body)
+        self.cluster.wait_converged()
+        node = self.cluster.node(2)
+        target = os.path.join(self.tmp.path, "backup-%d.db" % time.time_ns())
+        out = subprocess.run([BIN, "--data-dir=" + node.data_dir,
+                              "--backup-to=" + target],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.count("backup of"), P, out.stdout)
+        files = [target] + ["%s.p%d" % (target, g) for g in range(1, P)]
+        for g, path in enumerate(files):
+            db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+            try:
+                have = {k for (k,) in db.execute(
+                    "SELECT key FROM records WHERE route = ?", (ROUTE,))
+                    if k.startswith("backup-")}
+            finally:
+                db.close()
+            self.assertEqual(have, {k for k in keys
+                                    if partition_of(ROUTE, k, P) == g}, g)
+
+    @with_logs
     def test_concurrent_identical_webhooks_on_all_nodes_execute_once(self):
         self.wait_spread()
         n = 30
@@ -358,6 +386,56 @@ class MembershipOfEveryPartitionTest(OwnClusterCase):
         self.assertEqual(set(counts["keys"].values()), {1})
 
 
+class SlowTimeoutCluster(PartitionedCluster):
+    """cluster.remote-timeout 10 s: far beyond an election."""
+
+    def ini_text(self, node_id, peer_ids, join=False):
+        return super().ini_text(node_id, peer_ids, join).replace(
+            "remote-timeout=1s", "remote-timeout=10s")
+
+
+class HungLeaderTest(OwnClusterCase):
+    """A request forwarded to a partition's leader that hangs (SIGSTOP) is
+    retried at the partition's next leader as soon as the forwarding node
+    learns of it, with its request id, not after cluster.remote-timeout:
+    with 10 s of that and 3 s of leader-wait, the build before answered
+    503 after 10 s; now 200, executed once."""
+
+    def setUp(self):
+        super().setUp()
+        self.cluster = SlowTimeoutCluster(self.tmp.path + "/slow",
+                                          self.up.url)
+
+    @with_logs
+    def test_a_request_to_a_hung_leader_is_retried_at_the_next(self):
+        for i in (1, 2, 3):
+            self.cluster.add(i, [1, 2, 3])
+        for i in (1, 2, 3):
+            self.cluster.node(i).start()
+        self.cluster.wait_leader()
+        self.cluster.wait_ready()
+        leaders = None
+
+        def agreed():
+            nonlocal leaders
+            leaders = agreed_leaders(self.cluster, [1, 2, 3])
+            return leaders is not None and spread(leaders, [1, 2, 3])
+        self.assertTrue(wait_for(agreed, SPREAD_TIMEOUT, 0.05))
+        # A key whose partition another node than node 1 leads.
+        key = next(k for k in ("hung-%d" % n for n in range(1000))
+                   if leaders[partition_of(ROUTE, k, P)] != 1)
+        victim = leaders[partition_of(ROUTE, key, P)]
+        self.cluster.node(victim).sigstop()
+        try:
+            code, _, body = self.cluster.node(1).request(
+                "POST", "/v1/webhook/" + ROUTE, body=json.dumps({"k": key}),
+                headers={"Idempotency-Key": key}, timeout=30)
+        finally:
+            self.cluster.node(victim).sigcont()
+        self.assertEqual(code, 200, body)
+        self.assertEqual(self.up.executions(key), 1)
+
+
 # The cluster suite's cases on a cluster of eight partitions (their
 # "leader" is partition 0's; every partition decides).
 class P8SharedClusterTest(tc.SharedClusterTest):
@@ -413,6 +491,55 @@ class PartitionCountTest(OwnClusterCase):
             with open(os.path.join(node.data_dir, "partitions"), "w") as f:
                 f.write(junk)
             self.refused_start(node, "does not hold a partition count")
+
+    @with_logs
+    def test_a_one_group_cluster_upgrades_in_place_and_keeps_its_count(self):
+        """The upgrade path (docs/cluster.md, Partitions): the data dirs of
+        a cluster of the builds before partitions (one group, no
+        `partitions` file) start with this build at P = 1 and keep every
+        decision; the count they hold is fixed: P = 8 on them is refused."""
+        old = tc.Cluster(self.tmp.path + "/old", self.up.url)
+        self.cluster = old
+        for i in (1, 2, 3):
+            old.add(i, [1, 2, 3])
+        for i in (1, 2, 3):
+            old.node(i).start()
+        old.wait_leader()
+        old.wait_ready()
+        keys = ["upgrade-%d" % n for n in range(6)]
+        for n, k in enumerate(keys):
+            code, _, body = old.node(n % 3 + 1).request(
+                "POST", "/v1/webhook/" + ROUTE, body=json.dumps({"k": k}),
+                headers={"Idempotency-Key": k}, timeout=15)
+            self.assertEqual(code, 200, body)
+        old.wait_converged()
+        for i in (1, 2, 3):
+            self.assertEqual(old.node(i).stop(), 0)
+            # As a build before partitions left it.
+            os.remove(os.path.join(old.node(i).data_dir, "partitions"))
+        for i in (1, 2, 3):
+            old.node(i).start()
+        old.wait_leader()
+        old.wait_ready()
+        for n, k in enumerate(keys):
+            code, _, body = old.node((n + 1) % 3 + 1).request(
+                "POST", "/v1/webhook/" + ROUTE, body=json.dumps({"k": k}),
+                headers={"Idempotency-Key": k}, timeout=15)
+            self.assertEqual(code, 409, body)
+        self.assertEqual({k: self.up.executions(k) for k in keys},
+                         {k: 1 for k in keys})
+        for i in (1, 2, 3):
+            with open(os.path.join(old.node(i).data_dir, "partitions")) as f:
+                self.assertEqual(f.read(), "1\n")
+        node = old.node(1)
+        self.assertEqual(node.stop(), 0)
+        with open(node.ini) as f:
+            text = f.read()
+        with open(node.ini, "w") as f:
+            f.write(text.replace("[cluster]\n", "[cluster]\npartitions=8\n"))
+        self.refused_start(node, "cluster.partitions is 8 but")
+        self.assertFalse(os.path.exists(os.path.join(node.data_dir,
+                                                     "oncegate-p1.db")))
 
     @with_logs
     def test_a_node_with_another_count_is_refused_by_the_others(self):

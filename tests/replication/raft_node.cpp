@@ -38,41 +38,17 @@ extern "C" {
 #include "common/errc.hpp"
 #include "persistence/sqlite_store.hpp"
 #include "tests/common/fixture.hpp"
+#include "tests/common/sockets.hpp"
 
 using namespace oncegate;
 using namespace oncegate::cluster;
+using oncegate::test::free_port;
 using oncegate::test::make_claim;
+using oncegate::test::wait_for;
 
 namespace {
 
 using namespace std::chrono_literals;
-
-// A TCP port that was free a moment ago (bound to port 0, then closed).
-uint16_t free_port() {
-  auto fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  CAF_REQUIRE_EQUAL(::bind(fd, reinterpret_cast<sockaddr*>(&addr),
-                           sizeof(addr)),
-                    0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Polls `pred` every 5 ms for at most `bound`.
-bool wait_for(std::function<bool()> pred, std::chrono::milliseconds bound) {
-  auto until = std::chrono::steady_clock::now() + bound;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
 
 // One member: its files, its Raft node and its replicated store actor.
 struct member_node {

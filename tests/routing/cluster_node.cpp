@@ -15,11 +15,6 @@
 #include <optional>
 #include <thread>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
@@ -27,50 +22,15 @@
 #include "common/partition.hpp"
 #include "routing/cluster_node.hpp"
 #include "tests/common/fixture.hpp"
+#include "tests/common/sockets.hpp"
 
 using namespace oncegate;
+using oncegate::test::free_port;
+using oncegate::test::wait_for;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 namespace {
-
-uint16_t free_port() {
-  auto fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CAF_REQUIRE_EQUAL(::bind(fd, reinterpret_cast<sockaddr*>(&addr),
-                           sizeof(addr)),
-                    0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-bool wait_for(const std::function<bool()>& pred,
-              std::chrono::milliseconds bound) {
-  auto until = std::chrono::steady_clock::now() + bound;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
-
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    auto tmpl = (fs::temp_directory_path() / "og-routing-XXXXXX").string();
-    CAF_REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // One answer, waited for with a bound.
 struct answer_slot {
@@ -94,15 +54,15 @@ struct answer_slot {
 constexpr uint16_t parts = 4;
 
 struct fixture {
-  temp_dir dir;
-  caf::actor_system_config cfg;
+  test::temp_dir dir;
+  test::test_config cfg;
   std::optional<caf::actor_system> sys;
   std::unique_ptr<cluster::cluster_node> n;
 
   fixture() {
     sys.emplace(cfg);
     node_options opts;
-    opts.data_dir = dir.path.string();
+    opts.data_dir = dir.path().string();
     cluster::cluster_options copts;
     copts.id = 1;
     copts.peers = {{1, "127.0.0.1:" + std::to_string(free_port())}};
@@ -168,15 +128,15 @@ CAF_TEST(a key is decided in its partition and refused in any other) {
   CAF_CHECK_EQUAL(again.claim.outcome, decision::duplicate);
   // Each partition has its own file.
   for (uint16_t g = 0; g < parts; ++g)
-    CAF_CHECK(fs::exists(cluster::partition_db(dir.path.string(), g)));
+    CAF_CHECK(fs::exists(cluster::partition_db(dir.path().string(), g)));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
 
 CAF_TEST(the partition count is written once and checked at every start) {
-  temp_dir d;
-  auto dir = d.path.string();
-  auto file = d.path / "partitions";
+  test::temp_dir d;
+  auto dir = d.path().string();
+  auto file = d.path() / "partitions";
   // A fresh data dir: the count is written.
   CAF_CHECK(!cluster::check_partition_count(dir, 8));
   std::ifstream in{file};
@@ -196,10 +156,10 @@ CAF_TEST(the partition count is written once and checked at every start) {
               != std::string::npos);
   }
   // A data dir of a build before partitions (no file, a Raft log): 1.
-  temp_dir old;
-  fs::create_directories(old.path / "raft");
-  CAF_CHECK(cluster::check_partition_count(old.path.string(), 8));
-  CAF_CHECK(!fs::exists(old.path / "partitions"));
-  CAF_CHECK(!cluster::check_partition_count(old.path.string(), 1));
-  CAF_CHECK(fs::exists(old.path / "partitions"));
+  test::temp_dir old;
+  fs::create_directories(old.path() / "raft");
+  CAF_CHECK(cluster::check_partition_count(old.path().string(), 8));
+  CAF_CHECK(!fs::exists(old.path() / "partitions"));
+  CAF_CHECK(!cluster::check_partition_count(old.path().string(), 1));
+  CAF_CHECK(fs::exists(old.path() / "partitions"));
 }

@@ -26,19 +26,20 @@ def peer_entry(node_id, host, port):
 
 
 def cluster_section(node_id, peers, remote_timeout="2s", join=None,
-                    tls_dir=None, partitions=None):
+                    tls_dir=None, partitions=None, election_timeout="500ms"):
     """The [cluster] section of node `node_id` (`peers`: peer_entry
     strings); `join` (True/False) writes `join=`, None leaves it out.
     `tls_dir`: the certificates of make_certs (mutual TLS between the
     nodes); None: `insecure=true`. `partitions`: `cluster.partitions`
-    (None: left out, one partition)."""
+    (None: left out, one partition). `election_timeout`:
+    `cluster.election-timeout`."""
     return """
 [cluster]
 id={id}
 peers=[
   {peers}
 ]
-{join}{tls}{parts}election-timeout=500ms
+{join}{tls}{parts}election-timeout={election}
 heartbeat-timeout=50ms
 remote-timeout={remote}
 leader-wait=3s
@@ -46,7 +47,8 @@ leader-wait=3s
            join="" if join is None else "join=%s\n" % (
                "true" if join else "false"),
            tls=tls_lines(tls_dir, node_id),
-           parts="" if partitions is None else "partitions=%d\n" % partitions)
+           parts="" if partitions is None else "partitions=%d\n" % partitions,
+           election=election_timeout)
 
 
 def tls_lines(tls_dir, node_id):

@@ -305,7 +305,8 @@ class Drill(FaultSchedule):
                 text += cluster_section(
                     i, peers, tls_dir=tls_dir,
                     partitions=self.sc.partitions
-                    if self.sc.partitions > 1 else None)
+                    if self.sc.partitions > 1 else None,
+                    election_timeout=self.sc.get("drill", "election-timeout"))
             with open(ini, "w") as f:
                 f.write(text)
             argv = [self.args.bin, "--config-file=" + ini] + self.node_args()

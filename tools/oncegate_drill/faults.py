@@ -16,6 +16,7 @@ from .base import DrillError, log, wait_until
 from .clock import format_offset
 from .cluster import LEADER_TIMEOUT, STOP_TIMEOUT
 from .report import format_fault
+from .verdict import DISRUPTIVE
 
 
 class FaultFailed(Exception):
@@ -115,7 +116,8 @@ class FaultSchedule:
                 raise FaultSkipped("no process control over --targets nodes")
             ids = self.resolve(fault)
             entry["nodes"] = ids
-            if self.sc.partitions > 1 and ids:
+            if self.sc.partitions > 1 and ids \
+                    and fault.action in DISRUPTIVE:
                 # Which partitions the nodes it hits lead (the verdict's
                 # per-partition waits are read against them).
                 leaders = self.cluster.agreed_partition_leaders() or {}

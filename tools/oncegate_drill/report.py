@@ -109,8 +109,10 @@ def text_report(r, json_path):
     pa = r.get("partitions")
     if pa:
         add("")
-        add("partitions (%d): the longest a signal waited for its decision"
-            % pa["partitions"])
+        add("partitions (%d): the longest a request waited for its decision"
+            " at a node no fault touched (%s)"
+            % (pa["partitions"], ", ".join(map(str, pa["nodes_measured"]))
+               or "none"))
 
         def secs(x):
             return "-" if x is None else "%.2fs" % x

@@ -25,6 +25,8 @@ SCENARIO_DEFAULTS = {
         # cluster.partitions of a generated cluster (Raft groups the keys
         # spread over; docs/cluster.md, Partitions).
         "partitions": "1",
+        # cluster.election-timeout of a generated cluster.
+        "election-timeout": "500ms",
         # loopback, or netns (each node in its own network namespace; root
         # only). Partition faults need netns and select it by themselves.
         "network": "loopback",
@@ -213,6 +215,7 @@ class Scenario:
         self.description = self.get("drill", "description")
         self.nodes = self.int("drill", "nodes", 1, 9)
         self.partitions = self.int("drill", "partitions", 1, 256)
+        self.duration("drill", "election-timeout")  # checked here
         self.network = self.get("drill", "network")
         if self.network not in ("loopback", "netns"):
             raise UsageError("[drill] network is loopback or netns")

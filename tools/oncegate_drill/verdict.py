@@ -76,6 +76,12 @@ def iso_ms(ms):
         ".%03dZ" % (ms % 1000)
 
 
+# The faults that take a node out for a while (the others start, resume,
+# heal or wait for it).
+DISRUPTIVE = ("kill", "term", "restart", "hang", "partition", "disk-full",
+              "clock-jump")
+
+
 def node_databases(data_dir):
     """A node's SQLite files: partition 0's `oncegate.db`, then partition
     g's `oncegate-p<g>.db` (g = 1, 2, ...)."""
@@ -391,27 +397,32 @@ class Verdict:
 
     def partition_availability(self, traffic_end, faults):
         """With several partitions: per partition, how long the requests
-        that got a decision waited for it (the longest, and the windows
-        longer than [expect] gap in which some waited), and whether a fault
-        hit the node leading it (the fault log's `led`). A node's loss must
-        pause only the partitions it led: a request to a surviving node for
-        a key of another partition is answered at once. (A request sent to
-        the node that died fails, and its sender's retry comes later:
-        that is the sender's wait, the same whatever the partitions, and
-        not counted here.) None with one partition."""
+        to nodes that no fault touched waited for their decision (the
+        longest, and the windows longer than [expect] gap in which some
+        waited), and whether a fault hit the node leading it (the fault
+        log's `led`). A node's loss must pause only the partitions it led:
+        a request to a surviving node for a key of another partition is
+        answered at once. (A request sent to a node a fault hit waits for
+        that node, or fails and its sender retries later: the same
+        whatever the partitions, and not counted here.) None with one
+        partition."""
         parts = self.sc.partitions
         if parts <= 1:
             return None
         gap = self.sc.duration("expect", "gap")
-        hit = set()
+        hit, touched = set(), set()
         for f in faults:
+            if f.get("action") not in DISRUPTIVE:
+                continue
+            touched.update(f.get("nodes") or ())
             for led in (f.get("led") or {}).values():
                 hit.update(led)
         waits = {g: [] for g in range(parts)}
         home = {s.index: partition_of(s.sender.route, s.key, parts)
                 for s in self.traffic.signals}
-        for start, end, _, result, _, index in self.traffic.attempts:
-            if start <= traffic_end and decided(result) and index in home:
+        for start, end, node, result, _, index in self.traffic.attempts:
+            if start <= traffic_end and decided(result) and index in home \
+                    and node not in touched:
                 waits[home[index]].append((start, end))
         out = []
         for g in range(parts):
@@ -436,6 +447,8 @@ class Verdict:
             return max((p["longest_wait_s"] for p in out if p["hit"] == flag),
                        default=None)
         return {"partitions": parts, "gap_s": gap,
+                "nodes_measured": sorted({a[2] for a in self.traffic.attempts}
+                                         - touched),
                 "hit_longest_wait_s": worst(True),
                 "others_longest_wait_s": worst(False),
                 "per_partition": out}
