@@ -357,8 +357,8 @@ bool starts_with_hashed_prefix(std::string_view key) {
 } // namespace
 
 constexpr const char* key_source_names[] = {
-  "header", "webhook-id", "body", "derived", "github-body"};
-static_assert(enum_table_covers(key_source::github_body, key_source_names));
+  "header", "webhook-id", "body", "derived", "github-body", "text-body"};
+static_assert(enum_table_covers(key_source::text_body, key_source_names));
 
 const char* to_string(key_source x) {
   return enum_text(x, key_source_names);
@@ -478,6 +478,8 @@ select_key(const key_inputs& in, const payload& body) {
     case auth_mode::token:
       break;
   }
+  if (in.text && !in.header)
+    return idempotency_key{to_hex(sha256(in.raw_body)), key_source::text_body};
   return unsigned_route_key(in.header, body);
 }
 

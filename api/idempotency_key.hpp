@@ -24,9 +24,12 @@ enum class key_source {
   derived,
   /// The hex SHA-256 of the signed body of a `github` route.
   github_body,
+  /// The hex SHA-256 of the body of a `text` route without the header.
+  text_body,
 };
 
-/// Returns `header`, `webhook-id`, `body`, `derived` or `github-body`.
+/// Returns `header`, `webhook-id`, `body`, `derived`, `github-body` or
+/// `text-body`.
 const char* to_string(key_source x);
 
 struct idempotency_key {
@@ -74,6 +77,8 @@ struct key_inputs {
   std::optional<std::string_view> delivery_id;
   /// The request body as received (and, on signed routes, as verified).
   std::string_view raw_body;
+  /// A `text` route: the body has no members to name the key.
+  bool text = false;
 };
 
 /// Picks the key from what the route's authentication vouches for:
@@ -87,7 +92,9 @@ struct key_inputs {
 /// - `none`, `token`: by priority, the `Idempotency-Key` header (when
 ///   `header` is set; a malformed one is a 400, never a fallback), then the
 ///   first present string member of `idempotency_key`, `trace_id`, `id`
-///   (1-255 bytes, else 400 `invalid-key`), then `derive_key`.
+///   (1-255 bytes, else 400 `invalid-key`), then `derive_key`; on a `text`
+///   route the header, then the lowercase hex SHA-256 of `raw_body`
+///   (`text-body`).
 std::variant<idempotency_key, rejection>
 select_key(const key_inputs& in, const payload& body);
 

@@ -282,4 +282,11 @@ std::variant<payload, rejection> parse_payload(std::string_view body,
   return result;
 }
 
+payload text_payload(std::string_view body) {
+  payload result;
+  result.canonical = std::string{body};
+  result.fingerprint = sha256(result.canonical);
+  return result;
+}
+
 } // namespace oncegate::gateway

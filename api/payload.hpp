@@ -39,6 +39,10 @@ struct payload {
   std::map<std::string, field, std::less<>> fields;
 };
 
+/// A `text` route's body (`body_format::text`): `canonical` is the body
+/// itself, byte for byte, `fingerprint` its SHA-256, no members.
+payload text_payload(std::string_view body);
+
 /// Limits of the parser.
 struct payload_limits {
   /// Deepest nesting of objects and arrays accepted.

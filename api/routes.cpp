@@ -22,6 +22,7 @@ constexpr std::string_view known_keys[] = {"auth",
                                            "secret-file",
                                            "ttl",
                                            "on-duplicate",
+                                           "body",
                                            "body-limit",
                                            "allow",
                                            "tolerance",
@@ -210,6 +211,14 @@ public:
           r.on_duplicate = duplicate_policy::replay;
         else
           return fail(name, key, "expected conflict or replay");
+      } else if (key == "body") {
+        auto str = caf::get_if<std::string>(&value);
+        if (str && *str == "json")
+          r.body = body_format::json;
+        else if (str && *str == "text")
+          r.body = body_format::text;
+        else
+          return fail(name, key, "expected json or text");
       } else if (key == "body-limit") {
         auto num = caf::get_if<int64_t>(&value);
         if (!num || *num < 1

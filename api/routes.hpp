@@ -16,6 +16,17 @@
 
 namespace oncegate::gateway {
 
+/// How a route reads its bodies (`body = "json"` or `"text"`).
+enum class body_format {
+  /// One JSON object, canonicalised: its members may name the key and the
+  /// token, and equal JSON in another spelling is the same signal.
+  json,
+  /// Any bytes (TradingView's plain-text alert messages): the key is the
+  /// `Idempotency-Key` header or the hex SHA-256 of the body, the
+  /// fingerprint is the body itself, forwarded byte for byte.
+  text,
+};
+
 /// What a duplicate of a completed request gets.
 enum class duplicate_policy {
   /// 409 problem with `first_seen` and `original_status`.
@@ -35,6 +46,7 @@ struct route_config {
   std::vector<std::string> secrets;
   int64_t ttl_ms = 24LL * 3600 * 1000;
   duplicate_policy on_duplicate = duplicate_policy::conflict;
+  body_format body = body_format::json;
   std::size_t body_limit = 64 * 1024;
   /// Allowed source networks; empty: any source.
   std::vector<cidr> allow;

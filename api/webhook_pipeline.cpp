@@ -194,7 +194,13 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
   if (auto no = check_signature(route, req, signature_now_, clock_offset_,
                                     delivery_id))
     return reject(*no);
-  auto parsed = parse_payload(req.body, limits_);
+  bool text = route.body == body_format::text;
+  if (text && req.body.empty())
+    return reject({{400, "empty-body", "Empty body",
+                    "a text route's signal is its body: send one"},
+                   outcome::bad_request});
+  auto parsed = text ? std::variant<payload, rejection>{text_payload(req.body)}
+                     : parse_payload(req.body, limits_);
   if (auto why = std::get_if<rejection>(&parsed))
     return reject({*why, outcome::bad_request});
   auto& body = std::get<payload>(parsed);
@@ -208,6 +214,7 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
   inputs.header = key_header;
   inputs.delivery_id = delivery_id;
   inputs.raw_body = req.body;
+  inputs.text = text;
   auto selected = select_key(inputs, body);
   if (auto why = std::get_if<rejection>(&selected))
     return reject({*why, outcome::bad_request});

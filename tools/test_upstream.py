@@ -151,7 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
             up.wait(delay)
             self.close_connection = True
             return
-        n = up.record(key, body, self.headers.get("Oncegate-Attempt"))
+        n = up.record(key, body, self.headers.get("Oncegate-Attempt"),
+                      self.headers.get("Content-Type"))
         if mode == "slow":
             up.wait(delay)
         if mode == "drop":
@@ -257,6 +258,10 @@ class TestUpstream:
         self._lock = threading.Lock()
         self._counts = {}
         self._attempts = {}
+        # With `keep_bodies`: every request's body (and Content-Type) by
+        # key, in arrival order (tests of what reaches the upstream).
+        self.keep_bodies = False
+        self._bodies = {}
         self._total = 0
         self._connections = 0
         self._extras = 0
@@ -364,13 +369,21 @@ class TestUpstream:
         """Holds a slow request; `stop` or a mode change ends it early."""
         self._release.wait(delay)
 
-    def record(self, key, body, attempt=None):
+    def record(self, key, body, attempt=None, content_type=None):
         with self._lock:
             self._total += 1
             self._counts[key] = self._counts.get(key, 0) + 1
             if attempt is not None:
                 self._attempts.setdefault(key, []).append(attempt)
+            if self.keep_bodies:
+                self._bodies.setdefault(key, []).append((body, content_type))
             return self._counts[key]
+
+    def bodies(self, key):
+        """[(body bytes, Content-Type)] of the requests with `key` (only
+        while `keep_bodies` is set)."""
+        with self._lock:
+            return list(self._bodies.get(key, []))
 
     def attempts(self, key):
         """The `Oncegate-Attempt` fences (`term.n`) of the requests with

@@ -123,6 +123,8 @@ CAF_TEST(key sources have their contract names) {
   CAF_CHECK_EQUAL(std::string{to_string(key_source::derived)}, "derived");
   CAF_CHECK_EQUAL(std::string{to_string(key_source::github_body)},
                   "github-body");
+  CAF_CHECK_EQUAL(std::string{to_string(key_source::text_body)},
+                  "text-body");
 }
 
 // -- Idempotency-Key header ---------------------------------------------------
@@ -443,6 +445,34 @@ CAF_TEST(a standard webhooks route without a valid webhook id is refused) {
                                           std::string_view{"a b"}))
                     .type,
                   "invalid-key");
+}
+
+CAF_TEST(a text route keys on the header or the hash of its bytes) {
+  // A TradingView alert message: not JSON, no members.
+  constexpr std::string_view alert = "BTCUSDT buy 42000 {{timenow}}";
+  auto in = on_route(auth_mode::token, std::nullopt, alert);
+  in.text = true;
+  auto body = text_payload(alert);
+  CAF_CHECK_EQUAL(body.canonical, alert);
+  CAF_CHECK(body.fields.empty());
+  auto key = expect<idempotency_key>(select_key(in, body), "no key");
+  CAF_CHECK_EQUAL(key.value, to_hex(sha256(alert)));
+  CAF_CHECK(key.source == key_source::text_body);
+  // The header wins, and a malformed one is refused (never the hash).
+  in.header = std::string_view{"tv-1"};
+  key = expect<idempotency_key>(select_key(in, body), "no key");
+  CAF_CHECK_EQUAL(key.value, "tv-1");
+  CAF_CHECK(key.source == key_source::header);
+  in.header = std::string_view{"bad key"};
+  CAF_CHECK_EQUAL(expect<rejection>(select_key(in, body), "a key").type,
+                  "invalid-key");
+  // A JSON body on a text route is bytes too: members name nothing.
+  constexpr std::string_view json = R"({"idempotency_key":"k"})";
+  auto as_text = on_route(auth_mode::none, std::nullopt, json);
+  as_text.text = true;
+  key = expect<idempotency_key>(select_key(as_text, text_payload(json)),
+                                "no key");
+  CAF_CHECK_EQUAL(key.value, to_hex(sha256(json)));
 }
 
 CAF_TEST(a github route keys on the hash of the signed body) {
