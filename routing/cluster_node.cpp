@@ -476,6 +476,14 @@ void cluster_node::shutdown() {
   }
 }
 
+uint64_t partition_share(uint64_t budget, uint16_t partitions,
+                         uint64_t floor) {
+  if (budget == 0 || partitions <= 1)
+    return budget;
+  return std::max<uint64_t>(budget / std::max<uint16_t>(partitions, 1),
+                            floor);
+}
+
 std::string partition_db(const std::string& data_dir, uint16_t group) {
   auto name = group == 0 ? std::string{"oncegate.db"}
                          : "oncegate-p" + std::to_string(group) + ".db";
@@ -583,6 +591,10 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   // committed); libraft replays it into the file after a crash, and
   // `apply_batch` skips what the file already holds.
   opts.store.sync_commits = false;
+  // The node's bounds are budgets its partitions share (keys spread evenly
+  // over them): the database size, the Raft log in memory, the entries
+  // waiting for room, and the entries in flight (below).
+  opts.store.max_pages = partition_share(opts.store.max_pages, parts, 64);
   std::vector<std::shared_ptr<persistence::sqlite_store>> writers;
   std::vector<std::shared_ptr<persistence::sqlite_store>> readers;
   int64_t log_clock = 0;
@@ -624,6 +636,11 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   ropts.address = self_peer->raft_address;
   ropts.dir = (std::filesystem::path{opts.data_dir} / "raft").string();
   ropts.bootstrap = !copts.join;
+  // A log must hold a few full entries beside what a snapshot keeps.
+  ropts.max_log_bytes = partition_share(ropts.max_log_bytes, parts,
+                                        4 * copts.store.max_entry_bytes);
+  ropts.max_held_bytes = partition_share(ropts.max_held_bytes, parts,
+                                         copts.store.max_entry_bytes);
   // Only the members of cluster.peers, each at its address there.
   ropts.link.peers.clear();
   for (auto& p : copts.peers)
@@ -699,8 +716,8 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     // split the same load into P times as many, smaller entries (3 nodes,
     // 8 partitions, 48 connections: 1.5 commands per entry at 4 each, 2.6
     // at 1, and 31 % more decisions a second; docs/benchmarks.md).
-    store_opts.max_outstanding = std::max<uint32_t>(
-      1, copts.store.max_outstanding / parts);
+    store_opts.max_outstanding = static_cast<uint32_t>(
+      partition_share(copts.store.max_outstanding, parts, 1));
     auto store = spawn_replicated_store(sys, result->raft, readers[g],
                                         std::move(store_opts), now);
     result->parts.push_back(spawn_node_actors(sys, store, opts, now));

@@ -118,6 +118,11 @@ struct cluster_hooks {
   std::function<void()> on_unavailable;
 };
 
+/// A partition's share of a node-wide budget (bytes, pages, entries):
+/// `budget / partitions`, at least `floor`; 0 (no bound) stays 0, and one
+/// partition has the whole budget as it is.
+uint64_t partition_share(uint64_t budget, uint16_t partitions, uint64_t floor);
+
 /// The file of partition `group`'s database under `data_dir`:
 /// `oncegate.db` for partition 0 (a cluster without partitions keeps its
 /// layout), `oncegate-p<g>.db` for the others.

@@ -133,6 +133,15 @@ CAF_TEST(a key is decided in its partition and refused in any other) {
 
 CAF_TEST_FIXTURE_SCOPE_END()
 
+CAF_TEST(the budgets of a node are shared by its partitions with a floor) {
+  CAF_CHECK_EQUAL(cluster::partition_share(128, 8, 4), 16u);
+  CAF_CHECK_EQUAL(cluster::partition_share(128, 64, 4), 4u); // the floor
+  CAF_CHECK_EQUAL(cluster::partition_share(128, 1, 4), 128u);
+  CAF_CHECK_EQUAL(cluster::partition_share(2, 1, 4), 2u); // as configured
+  CAF_CHECK_EQUAL(cluster::partition_share(0, 8, 4), 0u); // no bound
+  CAF_CHECK_EQUAL(cluster::partition_share(4, 8, 1), 1u);
+}
+
 CAF_TEST(the partition count is written once and checked at every start) {
   test::temp_dir d;
   auto dir = d.path().string();
