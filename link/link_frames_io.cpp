@@ -581,6 +581,20 @@ void connection::arm_timer() {
     static_cast<uint64_t>(std::max<int64_t>(1, wait.count() + 1)), 0);
 }
 
+namespace {
+
+// Answers a request of this side that gets no answer from its peer.
+void fail_pending(endpoint& owner, pending& p, errc code, std::string why) {
+  ++owner.requests_failed;
+  answer res;
+  res.kind = p.kind;
+  res.error = code;
+  res.detail = std::move(why);
+  p.done(std::move(res));
+}
+
+} // namespace
+
 void connection::expire_asks() {
   auto now = clock_type::now();
   while (!deadlines.empty() && deadlines.begin()->first <= now) {
@@ -588,13 +602,9 @@ void connection::expire_asks() {
     auto p = std::move(i->second);
     deadlines.erase(p.deadline);
     asks.erase(i);
-    ++owner->requests_failed;
-    answer res;
-    res.kind = p.kind;
-    res.error = errc::timeout;
-    res.detail = "no answer from node " + std::to_string(peer_id)
-                 + " in time: the outcome is unknown";
-    p.done(std::move(res));
+    fail_pending(*owner, p, errc::timeout,
+                 "no answer from node " + std::to_string(peer_id)
+                   + " in time: the outcome is unknown");
     if (state != conn_state::open)
       return;
   }
@@ -605,14 +615,8 @@ void connection::fail_asks(errc code, const std::string& why) {
   auto all = std::move(asks);
   asks.clear();
   deadlines.clear();
-  for (auto& [id, p] : all) {
-    ++owner->requests_failed;
-    answer res;
-    res.kind = p.kind;
-    res.error = code;
-    res.detail = why;
-    p.done(std::move(res));
-  }
+  for (auto& [id, p] : all)
+    fail_pending(*owner, p, code, why);
 }
 
 void connection::fail_group_asks(uint16_t group, errc code,
@@ -629,14 +633,8 @@ void connection::fail_group_asks(uint16_t group, errc code,
     failing.push_back(std::move(i->second));
     i = asks.erase(i);
   }
-  for (auto& p : failing) {
-    ++owner->requests_failed;
-    answer res;
-    res.kind = p.kind;
-    res.error = code;
-    res.detail = why;
-    p.done(std::move(res));
-  }
+  for (auto& p : failing)
+    fail_pending(*owner, p, code, why);
 }
 
 void connection::on_request(uint64_t id, uint16_t group,

@@ -155,8 +155,9 @@ case $cmd in
     ;;
   stop)
     for ini in $(nodes); do
-      if pid=$(pid_of "$ini"); then
-        kill -TERM "$pid"
+      # A node that ended between the look and the signal (one killed a
+      # moment ago, reaped only now) is stopped already.
+      if pid=$(pid_of "$ini") && kill -TERM "$pid" 2>/dev/null; then
         echo "node $(node_id "$ini") stopping (pid $pid)"
       fi
     done
