@@ -129,7 +129,9 @@ key_actor::behavior_type key_impl(key_pointer self,
         .await(
           [self, rp](claim_result& res) mutable {
             stage_trace::mark("key.decided");
-            remember(self->state, res.rec);
+            // A guard's refusal wrote nothing: what was known stays known.
+            if (!refused(res.outcome))
+              remember(self->state, res.rec);
             rp.deliver(std::move(res));
           },
           [self, rp](caf::error& err) mutable {

@@ -239,6 +239,8 @@ std::optional<int64_t> parse_iso8601(std::string_view s) {
 
 // -- derivation ---------------------------------------------------------------
 
+} // namespace
+
 std::optional<std::string_view> trimmed_string(const payload& body,
                                                std::string_view name) {
   auto i = body.fields.find(name);
@@ -249,6 +251,8 @@ std::optional<std::string_view> trimmed_string(const payload& body,
     return std::nullopt;
   return text;
 }
+
+namespace {
 
 // `s` with the ASCII letters from `first` to `last` moved by `shift`.
 std::string shift_ascii(std::string_view s, char first, char last, int shift) {

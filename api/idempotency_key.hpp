@@ -52,6 +52,11 @@ parse_key_header(std::string_view raw);
 /// unparseable or out of range.
 std::optional<int64_t> parse_timestamp_ms(const field& f);
 
+/// Top-level member `name` of `body` when it is a string, trimmed of ASCII
+/// whitespace; nothing when it is missing, not a string, or empty.
+std::optional<std::string_view> trimmed_string(const payload& body,
+                                               std::string_view name);
+
 /// Derives the key `lowercase hex SHA-256(preimage)` from the top-level
 /// fields `exchange`, `symbol`, `action`, `timestamp`: exchange and symbol
 /// trimmed and upper-cased (ASCII), action trimmed and lower-cased,

@@ -100,9 +100,9 @@ void render_histogram(std::string& out, const char* name, const char* help,
 } // namespace
 
 constexpr const char* outcome_names[] = {
-  "new", "duplicate", "mismatch", "rejected_auth", "forbidden", "bad_request",
-  "unavailable"};
-static_assert(enum_table_covers(outcome::unavailable, outcome_names));
+  "new",         "duplicate",   "mismatch", "rejected_auth", "forbidden",
+  "bad_request", "unavailable", "stale",    "rate_limited"};
+static_assert(enum_table_covers(outcome::rate_limited, outcome_names));
 
 const char* to_string(outcome x) {
   return enum_text(x, outcome_names);

@@ -22,9 +22,13 @@ enum class outcome : uint8_t {
   forbidden,
   bad_request,
   unavailable,
+  /// Refused by a guardrail (api/guardrails.hpp): the signal was too old
+  /// (or ahead), or the route's cap of new signals was reached.
+  stale,
+  rate_limited,
 };
 
-constexpr std::size_t outcome_count = 7;
+constexpr std::size_t outcome_count = 9;
 
 /// Returns the label value, e.g. `new`, `rejected_auth`.
 const char* to_string(outcome x);

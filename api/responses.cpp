@@ -59,6 +59,7 @@ http_response make_problem(const rejection& why, const std::string& key) {
   out += std::to_string(why.status);
   out += R"(,"detail":)";
   append_json_string(out, why.detail);
+  out += why.extensions;
   if (!key.empty()) {
     out += R"(,"idempotency_key":)";
     append_json_string(out, key);

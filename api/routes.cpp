@@ -167,6 +167,7 @@ public:
         known = known || kv.first == k;
       for (auto k : delivery_option_keys)
         known = known || kv.first == k;
+      known = known || is_guard_option(kv.first);
       if (!known)
         return fail(name, kv.first, "unknown option");
     }
@@ -265,6 +266,9 @@ public:
         if (!num || *num < 1 || *num > 16 * 1024 * 1024)
           return fail(name, key, "expected 1..16777216 (bytes)");
         max_response_ = static_cast<std::size_t>(*num);
+      } else if (is_guard_option(key)) {
+        if (auto why = apply_guard_option(key, value, r.guards); !why.empty())
+          return fail(name, key, why);
       } else if (key.rfind("delivery", 0) == 0
                  || key.rfind("reconcile", 0) == 0) {
         delivery_set_ = true;
@@ -312,6 +316,13 @@ public:
                                           r.respond_after, delivery_set_);
         !why.empty())
       return fail(name, "delivery", why);
+    {
+      std::string why;
+      auto culprit = finish_guardrails(r.guards, r.auth,
+                                       r.body == body_format::text, why);
+      if (!culprit.empty())
+        return fail(name, culprit, why);
+    }
     // An https reconcile URL is verified with the upstream's TLS files.
     if (r.reconcile.target && !tls_attached(name, *r.reconcile.target))
       return false;

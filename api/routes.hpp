@@ -12,6 +12,7 @@
 
 #include "api/auth.hpp"
 #include "api/delivery_policy.hpp"
+#include "api/guardrails.hpp"
 #include "http/upstream_client.hpp"
 
 namespace oncegate::gateway {
@@ -63,6 +64,9 @@ struct route_config {
   delivery_policy delivery;
   /// Settling in-doubt records by asking the upstream (`reconcile*`).
   reconcile_policy reconcile;
+  /// Stale signals and the cap of new ones (`max-age`, `max-new-per-minute`
+  /// and their options).
+  guardrails guards;
 };
 
 /// Defaults that routes inherit from the node's options.
@@ -101,7 +105,9 @@ std::optional<std::string> process_env(const std::string& name);
 /// / `secret-file` (a string or a list each), `ttl`, `on-duplicate`
 /// (`conflict` | `replay`), `body-limit` (at most the node's
 /// `http.body-limit`), `allow` (list of CIDRs), `tolerance`, `upstream`
-/// (`http://` or `https://`) and its `upstream-*` options, among them the
+/// (`http://` or `https://`) and its `upstream-*` options, the guardrails
+/// (`max-age`, `max-ahead`, `signal-time`, `max-new-per-minute`, `cap-by`),
+/// the delivery and reconcile options, and among the upstream's the
 /// TLS files of an https upstream (`upstream-ca-file`, and
 /// `upstream-client-cert` with `upstream-client-key`): their contexts are
 /// loaded here, one per distinct set of files (an https `--upstream` gets

@@ -12,6 +12,7 @@
 #include "common/mutant.hpp"
 #include "api/auth.hpp"
 #include "api/decision_answers.hpp"
+#include "api/guardrails.hpp"
 #include "api/idempotency_key.hpp"
 #include "api/responses.hpp"
 #include "api/url.hpp"
@@ -219,6 +220,13 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
   if (auto why = std::get_if<rejection>(&selected))
     return reject({*why, outcome::bad_request});
   auto key = std::get<idempotency_key>(std::move(selected));
+  // The guardrails: a stale signal or one beyond the cap is refused by the
+  // store only if it would create a record (a duplicate stays one).
+  auto judged = judge(route.guards, route.auth, req.header("webhook-timestamp"),
+                      body, now);
+  if (auto why = std::get_if<rejection>(&judged))
+    return reject({*why, outcome::bad_request}, key.value);
+  auto age_ms = std::get<judgement>(judged).age_ms;
   bool replay = route.on_duplicate == duplicate_policy::replay;
   // Duplicates of completed keys are answered here, on the HTTP thread,
   // from committed decisions; everything else asks the key's actor.
@@ -244,6 +252,7 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
   claim.fingerprint = std::move(body.fingerprint);
   claim.now_ms = now;
   claim.ttl_ms = route.ttl_ms;
+  claim.guards = std::move(std::get<judgement>(judged).guards);
   // With an upstream the record is in flight until its outcome is stored;
   // without one, recording the signal is the execution.
   std::optional<forward_job> job;
@@ -281,8 +290,9 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
                          claim.signal);
   node_.claim(
     std::move(claim),
-    [this, idx, &route, replay, done = std::move(done), key = std::move(key),
-     conn = req.conn_id, rid = req.req_id, epoch, routing = std::move(routing),
+    [this, idx, &route, replay, age_ms, done = std::move(done),
+     key = std::move(key), conn = req.conn_id, rid = req.req_id, epoch,
+     routing = std::move(routing),
      job = std::move(job),
      deadline = req.deadline](reply<claim_result> rep) mutable {
       http_response res;
@@ -294,7 +304,8 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
         return done(std::move(res));
       }
       auto& rec = rep.value.rec;
-      cache_.remember(routing, rec, epoch, replay);
+      if (!refused(rep.value.outcome))
+        cache_.remember(routing, rec, epoch, replay);
       switch (rep.value.outcome) {
         case decision::accepted:
         case decision::renewed:
@@ -327,6 +338,16 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
         case decision::mismatch:
           metrics_.count(idx, outcome::mismatch);
           res = key_reused(key);
+          break;
+        case decision::stale:
+          metrics_.count(idx, outcome::stale);
+          res = make_problem(stale_signal(route.guards, age_ms), key.value);
+          break;
+        case decision::rate_limited:
+          metrics_.count(idx, outcome::rate_limited);
+          res = make_problem(rate_limited(route.guards), key.value);
+          // A minute is the longest a new signal waits for the cap.
+          res.set("Retry-After", "60");
           break;
       }
       log::gateway()->debug("[C{}][R{}] claim.{} route={} status={}", conn,

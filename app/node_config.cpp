@@ -631,6 +631,19 @@ node_config::webhook_opts(const env_lookup& env, std::string& error) const {
                             error);
   if (!routes)
     return std::nullopt;
+  // Every partition's leader enforces its share of a cap: a share of 0
+  // would refuse every new signal of that partition.
+  if (clustered())
+    for (auto& r : routes->routes)
+      if (r.guards.max_new_per_minute != 0
+          && r.guards.max_new_per_minute
+               < static_cast<uint32_t>(cluster_partitions)) {
+        error = "route." + r.name + ".max-new-per-minute: at least "
+                "cluster.partitions ("
+                + std::to_string(cluster_partitions)
+                + "): each partition enforces its share of the cap";
+        return std::nullopt;
+      }
   res.routes = std::move(*routes);
   res.admin.token = admin_token;
   res.decision_cache = decision_cache;

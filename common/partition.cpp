@@ -24,4 +24,10 @@ uint16_t partition_of(std::string_view route, std::string_view key,
   return static_cast<uint16_t>(head % partitions);
 }
 
+uint32_t cap_share(uint32_t cap, uint16_t partitions, uint16_t group) {
+  if (partitions <= 1)
+    return cap;
+  return cap / partitions + (group < cap % partitions ? 1 : 0);
+}
+
 } // namespace oncegate

@@ -15,4 +15,11 @@ namespace oncegate {
 uint16_t partition_of(std::string_view route, std::string_view key,
                       uint16_t partitions);
 
+/// Partition `group`'s share of a route's cap of `cap` new executions per
+/// minute (`max-new-per-minute`) among `partitions`: each partition's
+/// leader enforces its share, and the shares sum to `cap` (the first
+/// `cap % partitions` get one more), so the route never exceeds it. At
+/// least one each when `cap >= partitions`; 0 for a cap of 0 (none).
+uint32_t cap_share(uint32_t cap, uint16_t partitions, uint16_t group);
+
 } // namespace oncegate

@@ -14,8 +14,8 @@ const char* to_string(record_state x) {
 }
 
 constexpr const char* decision_names[] = {
-  "accepted", "duplicate", "mismatch", "renewed"};
-static_assert(enum_table_covers(decision::renewed, decision_names));
+  "accepted", "duplicate", "mismatch", "renewed", "stale", "rate_limited"};
+static_assert(enum_table_covers(last_decision, decision_names));
 
 const char* to_string(decision x) {
   return enum_text(x, decision_names);
@@ -129,6 +129,9 @@ const char* malformed(const claim_request& req) {
     return "answer size";
   if (req.now_ms < 0 || req.ttl_ms <= 0 || req.ttl_ms > record_bounds::ttl_ms)
     return "time";
+  if (req.guards.cap_scope.size() > record_bounds::cap_scope
+      || req.guards.max_new_per_minute > record_bounds::max_new_per_minute)
+    return "guards";
   return nullptr;
 }
 
@@ -192,11 +195,11 @@ std::string routing_key(const std::string& route, const std::string& key) {
 
 std::optional<decision> decide(const holder* h, std::string_view fingerprint,
                                uint64_t request_id, uint64_t owner,
-                               int64_t now_ms) {
+                               int64_t now_ms, std::optional<decision> refusal) {
   if (h == nullptr)
-    return decision::accepted;
+    return refusal.value_or(decision::accepted);
   if (!live(h->state, h->expires_at_ms, now_ms))
-    return decision::renewed;
+    return refusal.value_or(decision::renewed);
   if (h->fingerprint != fingerprint) {
     if (ONCEGATE_MUTANT("grant-on-mismatch"))
       return decision::renewed; // mutant: another payload executes

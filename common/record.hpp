@@ -59,13 +59,28 @@ enum class decision : uint8_t {
   /// The previous record had expired; it was replaced and this request
   /// owns the key ("expired, then new").
   renewed = 3,
+  /// Refused by a guard (`claim_guards`): the claim would have created a
+  /// record (no live one existed) but its signal is stale. Nothing is
+  /// written.
+  stale = 4,
+  /// Refused by a guard: the route's cap of new executions per minute is
+  /// reached. Nothing is written.
+  rate_limited = 5,
 };
+
+/// The last `decision` value.
+constexpr decision last_decision = decision::rate_limited;
 
 const char* to_string(decision x);
 
 /// Returns whether `x` grants execution to the claimant.
 constexpr bool grants(decision x) {
   return x == decision::accepted || x == decision::renewed;
+}
+
+/// Returns whether a guard refused `x` (nothing was written).
+constexpr bool refused(decision x) {
+  return x == decision::stale || x == decision::rate_limited;
 }
 
 /// One stored idempotency record, keyed by `(route, key)`.
@@ -158,14 +173,46 @@ inline holder holder_of(const record& r) {
 /// calls it. With no holder, or one that is no longer live at `now_ms`
 /// (the one expiry rule, `live`): `accepted` (or `renewed` when a dead
 /// record is replaced; only the store writes, so only it may act on
-/// these). A live holder with another payload: `mismatch`. The same
-/// request attempt asking again (non-zero id, same id and owner): `accepted`
-/// (its first answer was lost; it owns the key already). Otherwise:
-/// `duplicate`. Empty when it cannot tell: the request id matches but the
-/// owner is unknown (a cache must then ask the store).
+/// these), unless a guard refuses a new record (`refusal`: `stale` or
+/// `rate_limited`; a guard never changes any other answer, so a stale
+/// duplicate of a signal executed in time stays a duplicate). A live holder
+/// with another payload: `mismatch`. The same request attempt asking again
+/// (non-zero id, same id and owner): `accepted` (its first answer was lost;
+/// it owns the key already). Otherwise: `duplicate`. Empty when it cannot
+/// tell: the request id matches but the owner is unknown (a cache must then
+/// ask the store).
 std::optional<decision> decide(const holder* h, std::string_view fingerprint,
                                uint64_t request_id, uint64_t owner,
-                               int64_t now_ms);
+                               int64_t now_ms,
+                               std::optional<decision> refusal = {});
+
+/// Route guardrails a claim carries (docs/http-api.md, "Guardrails"). The
+/// gateway judges them from the route's options; the store enforces them
+/// in the decision, on apply, so every replica refuses alike. They only
+/// keep a claim from creating a record (`decide`'s `refusal`).
+struct claim_guards {
+  /// The signal's own time is older than the route's `max-age` or ahead
+  /// of the gateway's clock beyond its skew.
+  bool stale = false;
+  /// The most new records this claim's route (and `cap_scope`) may create
+  /// in its partition per minute of the store's clock (0: no cap).
+  uint32_t max_new_per_minute = 0;
+  /// What the cap counts within the route: empty (the whole route) or a
+  /// symbol.
+  std::string cap_scope;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, claim_guards& x) {
+  return f(caf::meta::type_name("claim_guards"), x.stale,
+           x.max_new_per_minute, x.cap_scope);
+}
+
+/// Whether any guard is set (a log entry format and a link field that
+/// older builds do not read).
+inline bool used(const claim_guards& g) {
+  return g.stale || g.max_new_per_minute != 0 || !g.cap_scope.empty();
+}
 
 /// A request to own `(route, key)`. The store inserts a record built from
 /// it unless a live record exists.
@@ -194,6 +241,8 @@ struct claim_request {
   /// the request's Content-Type.
   int64_t deliver_by_ms = 0;
   std::string signal_type;
+  /// The route's guardrails as judged for this request.
+  claim_guards guards;
 };
 
 template <class Inspector>
@@ -201,7 +250,7 @@ typename Inspector::result_type inspect(Inspector& f, claim_request& x) {
   return f(caf::meta::type_name("claim_request"), x.route, x.key,
            x.fingerprint, x.now_ms, x.ttl_ms, x.initial_state, x.status,
            x.headers, x.response, x.signal, x.owner, x.request_id,
-           x.deliver_by_ms, x.signal_type);
+           x.deliver_by_ms, x.signal_type, x.guards);
 }
 
 /// Builds the record that a successful claim stores at time `now_ms`.
@@ -447,6 +496,10 @@ constexpr std::size_t signal_type = 1024;
 constexpr uint32_t attempts = 100000;
 /// Ten years: no route lives longer.
 constexpr int64_t ttl_ms = int64_t{10} * 366 * 24 * 3600 * 1000;
+/// A cap's scope (a symbol).
+constexpr std::size_t cap_scope = 64;
+/// New executions per minute a route's cap may allow.
+constexpr uint32_t max_new_per_minute = 1000000;
 } // namespace record_bounds
 
 /// Why `req` cannot be a claim (enums out of range, sizes beyond

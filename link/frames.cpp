@@ -150,11 +150,16 @@ const char* to_string(op x) {
 
 std::string encode_request(const request& x) {
   writer w;
-  w.u8(static_cast<uint8_t>(x.kind));
+  bool guarded = x.kind == op::claim && used(x.claim.guards);
+  w.u8(guarded ? guarded_claim_op : static_cast<uint8_t>(x.kind));
   switch (x.kind) {
-    case op::claim:
-      codec::write(w, x.claim);
+    case op::claim: {
+      auto f = codec::link_format;
+      if (guarded)
+        f.guards = codec::guard_fields::present;
+      codec::write(w, x.claim, f);
       break;
+    }
     case op::update:
       codec::write(w, x.update);
       break;
@@ -188,12 +193,24 @@ bool decode_request(std::string_view in, request& out, std::string& why) {
   namespace b = record_bounds;
   reader r{in};
   request x;
-  bool ok = read_op(r, x.kind);
+  // A guarded claim (`guarded_claim_op`) reads as a claim with its guards,
+  // and only with a guard set: one encoding per value.
+  bool guarded = in.size() > 0
+                 && static_cast<uint8_t>(in[0]) == guarded_claim_op;
+  uint8_t guarded_op = 0;
+  bool ok = guarded ? r.u8(guarded_op) : read_op(r, x.kind);
+  if (guarded)
+    x.kind = op::claim;
   if (ok) {
     switch (x.kind) {
-      case op::claim:
-        ok = codec::read(r, x.claim);
+      case op::claim: {
+        auto f = codec::link_format;
+        if (guarded)
+          f.guards = codec::guard_fields::present;
+        ok = codec::read(r, x.claim, f)
+             && (!guarded || used(x.claim.guards) || r.fail("empty guards"));
         break;
+      }
       case op::update:
         ok = codec::read(r, x.update);
         break;
@@ -300,7 +317,7 @@ bool decode_answer(std::string_view in, answer& out, std::string& why) {
   } else if (ok) {
     switch (x.kind) {
       case op::claim:
-        ok = r.enumeration(x.claim.outcome, decision::renewed, "decision")
+        ok = r.enumeration(x.claim.outcome, last_decision, "decision")
              && codec::read(r, x.claim.rec);
         break;
       case op::update:

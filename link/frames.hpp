@@ -136,6 +136,13 @@ enum class op : uint8_t {
 
 constexpr uint8_t max_op = 8;
 
+/// On the wire, a claim that carries guards (`claim_guards`) is sent as op
+/// byte 9 with the guards after the claim's fields; it decodes as
+/// `op::claim`. A claim without guards is the bytes builds before guards
+/// send and read; a build before them refuses a guarded one as an unknown
+/// op (never reads it as a claim without its guards).
+constexpr uint8_t guarded_claim_op = 9;
+
 const char* to_string(op x);
 
 struct request {

@@ -32,7 +32,24 @@ void write(writer& w, const claim_request& c, format f) {
     w.i64(c.deliver_by_ms);
     w.str(c.signal_type);
   }
+  if (f.guards == guard_fields::present) {
+    w.u8(c.guards.stale ? 1 : 0);
+    w.u32(c.guards.max_new_per_minute);
+    w.str(c.guards.cap_scope);
+  }
 }
+
+namespace {
+
+bool read_guards(reader& r, claim_guards& g, format f) {
+  if (f.guards == guard_fields::none)
+    return true;
+  return r.flag(g.stale) && r.u32(g.max_new_per_minute)
+         && r.str(g.cap_scope, bound(f, record_bounds::cap_scope),
+                  "cap scope size");
+}
+
+} // namespace
 
 bool read(reader& r, claim_request& c, format f) {
   namespace b = record_bounds;
@@ -50,7 +67,8 @@ bool read(reader& r, claim_request& c, format f) {
          && (!f.delivery
              || (r.i64(c.deliver_by_ms)
                  && r.str(c.signal_type, bound(f, b::signal_type),
-                          "content type size")));
+                          "content type size")))
+         && read_guards(r, c.guards, f);
 }
 
 void write(writer& w, const record_update& u, format f) {

@@ -180,6 +180,15 @@ private:
   const char* why_ = nullptr;
 };
 
+/// Whether a claim's encoding carries its guards (`claim_guards`).
+enum class guard_fields : uint8_t {
+  /// No (the log's OGC3 and OGC4; the link's `claim` op).
+  none,
+  /// Yes, after the other fields (the log's OGC5; the link's guarded
+  /// claim, link/frames.hpp).
+  present,
+};
+
 /// Which fields a record type's encoding has and how strictly they are read.
 struct format {
   /// The durable-delivery fields follow the others (the log's OGC4 and the
@@ -190,10 +199,12 @@ struct format {
   /// log's decoder does not hold them: every entry passed `malformed` before
   /// it was proposed, and a log a node wrote must stay readable.
   bool bounded = true;
+  guard_fields guards = guard_fields::none;
 };
 
-/// The link's: every field, every bound.
-constexpr format link_format{true, true};
+/// The link's: every field, every bound (a claim's guards: see
+/// link/frames.hpp).
+constexpr format link_format{true, true, guard_fields::none};
 
 /// A claim's fields. A claim's initial state is never queued or failed
 /// (those come from transitions): the reader refuses them.

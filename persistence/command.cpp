@@ -22,6 +22,22 @@ constexpr uint32_t batch_magic_v3 = 0x3343474F;
 // the build before can still read the log of a cluster that does not use
 // durable delivery (docs/operations.md, "Upgrades").
 constexpr uint32_t batch_magic_v4 = 0x3443474F;
+// "OGC5": OGC4, plus every claim's guards (stale, a cap and its scope).
+// Written only when a claim of the batch carries a guard: a cluster whose
+// routes set no `max-age` and no cap writes what the build before reads.
+constexpr uint32_t batch_magic_v5 = 0x3543474F;
+
+bool needs_v5(const command& cmd) {
+  return cmd.type == command::kind::claim && used(cmd.claim.guards);
+}
+
+// The fields of the commands in a batch of format `magic`.
+codec::format format_of(uint32_t magic) {
+  bool v4 = magic != batch_magic_v3;
+  auto guards = magic == batch_magic_v5 ? codec::guard_fields::present
+                                        : codec::guard_fields::none;
+  return codec::format{v4, false, guards};
+}
 
 bool needs_v4(const command& cmd) {
   switch (cmd.type) {
@@ -45,10 +61,11 @@ std::size_t encoded_size(const command& cmd) {
   switch (cmd.type) {
     case command::kind::claim: {
       auto& c = cmd.claim;
-      // OGC4's fields counted always: an upper bound.
+      // OGC4's and OGC5's fields counted always: an upper bound.
       return 1 + 6 * 4 + c.route.size() + c.key.size() + c.fingerprint.size()
              + c.headers.size() + c.response.size() + c.signal.size() + 8 * 4
-             + 1 + 2 + 8 + 4 + c.signal_type.size();
+             + 1 + 2 + 8 + 4 + c.signal_type.size() + 1 + 4 + 4
+             + c.guards.cap_scope.size();
     }
     case command::kind::update: {
       auto& u = cmd.update;
@@ -64,18 +81,23 @@ std::size_t encoded_size(const command& cmd) {
 }
 
 std::string encode_batch(const std::vector<command>& batch) {
-  bool v4 = std::any_of(batch.begin(), batch.end(), needs_v4);
+  uint32_t magic = batch_magic_v3;
+  if (std::any_of(batch.begin(), batch.end(), needs_v5))
+    magic = batch_magic_v5;
+  else if (std::any_of(batch.begin(), batch.end(), needs_v4))
+    magic = batch_magic_v4;
+  auto fmt = format_of(magic);
   codec::writer w;
-  w.u32(v4 ? batch_magic_v4 : batch_magic_v3);
+  w.u32(magic);
   w.u32(static_cast<uint32_t>(batch.size()));
   for (auto& cmd : batch) {
     w.u8(static_cast<uint8_t>(cmd.type));
     switch (cmd.type) {
       case command::kind::claim:
-        codec::write(w, cmd.claim, codec::format{v4, false});
+        codec::write(w, cmd.claim, fmt);
         break;
       case command::kind::update:
-        codec::write(w, cmd.update, codec::format{v4, false});
+        codec::write(w, cmd.update, fmt);
         break;
       case command::kind::purge:
         w.i64(cmd.now_ms);
@@ -96,10 +118,11 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
   codec::reader r{entry};
   uint32_t magic = 0;
   uint32_t count = 0;
-  if (!r.u32(magic) || (magic != batch_magic_v3 && magic != batch_magic_v4))
+  if (!r.u32(magic)
+      || (magic != batch_magic_v3 && magic != batch_magic_v4
+          && magic != batch_magic_v5))
     return malformed("bad magic");
-  bool v4 = magic == batch_magic_v4;
-  codec::format log_format{v4, false};
+  auto log_format = format_of(magic);
   // Every command takes at least one byte: a count beyond the size is a lie.
   if (!r.u32(count) || count > entry.size())
     return malformed("bad count");

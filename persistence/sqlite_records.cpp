@@ -16,6 +16,14 @@ namespace oncegate::persistence {
 
 using namespace detail;
 
+namespace {
+
+// What a cap (`max-new-per-minute`) counts: the grants of the last minute
+// of the store's clock.
+constexpr int64_t cap_window_ms = 60'000;
+
+} // namespace
+
 record sqlite_store::impl::read_record(sqlite3_stmt* st,
                                        const std::string& route,
                                        const std::string& key) {
@@ -80,12 +88,55 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
       return sqlite_error(db, what);
     return caf::none;
   };
+  // The guards (common/record.hpp) may refuse a new record; they never
+  // change any other answer.
+  auto& guards = req.guards;
+  std::optional<decision> refusal;
+  if (guards.stale) {
+    refusal = decision::stale;
+  } else if (guards.max_new_per_minute != 0) {
+    auto st = impl_->stmts[stmt_count_grants];
+    stmt_guard guard{st};
+    bind_text(st, 1, req.route);
+    bind_text(st, 2, guards.cap_scope);
+    sqlite3_bind_int64(st, 3, now_ms - cap_window_ms);
+    if (sqlite3_step(st) != SQLITE_ROW)
+      return sqlite_error(db, "count grants");
+    if (sqlite3_column_int64(st, 0) >= guards.max_new_per_minute)
+      refusal = decision::rate_limited;
+  }
+  // A record created under a cap is counted for a minute; what no cap
+  // counts any more goes, a bounded chunk per grant.
+  auto count_grant = [&]() -> caf::error {
+    if (guards.max_new_per_minute == 0)
+      return caf::none;
+    {
+      auto st = impl_->stmts[stmt_trim_grants];
+      stmt_guard guard{st};
+      sqlite3_bind_int64(st, 1, now_ms - cap_window_ms);
+      sqlite3_bind_int64(st, 2, 64);
+      if (sqlite3_step(st) != SQLITE_DONE)
+        return sqlite_error(db, "trim grants");
+    }
+    auto st = impl_->stmts[stmt_insert_grant];
+    stmt_guard guard{st};
+    bind_text(st, 1, req.route);
+    bind_text(st, 2, guards.cap_scope);
+    sqlite3_bind_int64(st, 3, now_ms);
+    if (sqlite3_step(st) != SQLITE_DONE)
+      return sqlite_error(db, "insert grant");
+    return caf::none;
+  };
   result.rec = make_record(req, now_ms);
-  if (auto err = write(stmt_insert_new, "insert record"))
-    return err;
-  if (sqlite3_changes(db) == 1) {
-    result.outcome = decision::accepted;
-    return answer();
+  if (!refusal) {
+    if (auto err = write(stmt_insert_new, "insert record"))
+      return err;
+    if (sqlite3_changes(db) == 1) {
+      result.outcome = decision::accepted;
+      if (auto err = count_grant())
+        return err;
+      return answer();
+    }
   }
   bool existed = false;
   {
@@ -110,12 +161,21 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
   // The one rule decides (common/record.hpp); the store writes when the
   // key is free: no record, or a dead one replaced.
   auto d = *decide(h ? &*h : nullptr, req.fingerprint, req.request_id,
-                   req.owner, now_ms);
+                   req.owner, now_ms, refusal);
   result.outcome = d;
+  if (refused(d)) {
+    // Nothing written: the answer names the key only.
+    result.rec = record{};
+    result.rec.route = req.route;
+    result.rec.key = req.key;
+    return answer();
+  }
   if (d != decision::renewed && (d != decision::accepted || existed))
     return answer(); // duplicate, mismatch, or the same attempt asking again
   result.rec = make_record(req, now_ms);
   if (auto err = write(stmt_upsert_record, "replace record"))
+    return err;
+  if (auto err = count_grant())
     return err;
   return answer();
 }

@@ -56,6 +56,15 @@ const char* const migrations[] = {
   "ALTER TABLE records ADD COLUMN signal_type BLOB NOT NULL DEFAULT x'';"
   "ALTER TABLE records ADD COLUMN reconciles INTEGER NOT NULL DEFAULT 0;"
   "CREATE INDEX records_due ON records(next_attempt_ms) WHERE state = 3;",
+  // 5 -> 6: the grants a route's cap counts (`max-new-per-minute`): one
+  // row per record created under a cap, at the store's clock, kept for a
+  // minute.
+  "CREATE TABLE grants("
+  "  route TEXT NOT NULL,"
+  "  scope TEXT NOT NULL,"
+  "  at_ms INTEGER NOT NULL);"
+  "CREATE INDEX grants_by_scope ON grants(route, scope, at_ms);"
+  "CREATE INDEX grants_by_time ON grants(at_ms);",
 };
 
 static_assert(std::size(migrations) == sqlite_store::schema_version);
@@ -203,6 +212,14 @@ const char* const statements[stmt_count_ids] = {
   "UPDATE records SET next_attempt_ms = ?4, reconciles = reconciles + 1"
   "  WHERE route = ?1 AND key = ?2 AND state = 2"
   "    AND (?3 = 0 OR first_seen_ms = ?3)",
+  // stmt_count_grants: a cap's grants after ?3 (the last minute).
+  "SELECT COUNT(*) FROM grants WHERE route = ?1 AND scope = ?2 AND at_ms > ?3",
+  // stmt_insert_grant
+  "INSERT INTO grants(route, scope, at_ms) VALUES(?1, ?2, ?3)",
+  // stmt_trim_grants: grants no cap counts any more (at or before ?1),
+  // oldest first, bounded per claim.
+  "DELETE FROM grants WHERE rowid IN ("
+  "  SELECT rowid FROM grants WHERE at_ms <= ?1 ORDER BY at_ms LIMIT ?2)",
 };
 
 caf::error sqlite_error(sqlite3* db, const char* what) {

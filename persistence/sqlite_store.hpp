@@ -59,7 +59,7 @@ struct store_options {
 class sqlite_store {
 public:
   /// The schema version this build writes.
-  static constexpr int schema_version = 5;
+  static constexpr int schema_version = 6;
 
   /// Opens (creating or migrating) the database: the writer. Fails with
   /// `errc::storage_failure` (SQLite's message as context),

@@ -52,6 +52,9 @@ enum stmt_id : size_t {
   stmt_next_delivery,
   stmt_requeue,
   stmt_reconcile_wait,
+  stmt_count_grants,
+  stmt_insert_grant,
+  stmt_trim_grants,
   stmt_count_ids, // number of statements
 };
 

@@ -273,6 +273,10 @@ public:
       done(std::move(rep));
     };
     auto group = partition(*cluster_, req.route, req.key);
+    // A route's cap is shared by the partitions: each leader enforces its
+    // partition's share, so that all of them together never exceed it.
+    req.guards.max_new_per_minute = cap_share(req.guards.max_new_per_minute,
+                                              cluster_->partitions, group);
     link::request call;
     call.kind = link::op::claim;
     call.claim = std::move(req);

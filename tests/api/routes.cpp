@@ -179,4 +179,48 @@ CAF_TEST(bad entries are errors naming the key) {
   CAF_CHECK_EQUAL(failure(), "route.tv.secret: set, but auth is none");
 }
 
+CAF_TEST(guardrail options are read and checked together) {
+  route("tv")["max-age"] = caf::timespan{std::chrono::seconds(30)};
+  route("tv")["max-new-per-minute"] = int64_t{20};
+  route("tv")["cap-by"] = std::string{"symbol"};
+  route("tv")["signal-time"] = std::string{"time"};
+  route("tv")["max-ahead"] = caf::timespan{std::chrono::seconds(2)};
+  auto table = built();
+  auto& g = table.by_name("tv")->guards;
+  CAF_CHECK_EQUAL(g.max_age_ms, 30'000);
+  CAF_CHECK_EQUAL(g.max_ahead_ms, 2'000);
+  CAF_CHECK_EQUAL(g.time_member, "time");
+  CAF_CHECK_EQUAL(g.max_new_per_minute, 20u);
+  CAF_CHECK_EQUAL(g.cap_by, "symbol");
+  // Without them: no guard (the default route, every other route).
+  CAF_CHECK_EQUAL(table.by_name("default")->guards.max_age_ms, 0);
+  CAF_CHECK_EQUAL(table.by_name("default")->guards.max_new_per_minute, 0u);
+  routes.clear();
+  route("tv")["max-age"] = std::string{"soon"};
+  CAF_CHECK(starts_with(failure(), "route.tv.max-age: expected a positive"));
+  route("tv")["max-new-per-minute"] = int64_t{0};
+  CAF_CHECK(starts_with(failure(), "route.tv.max-new-per-minute: expected 1.."));
+  route("tv")["signal-time"] = std::string{"time"};
+  CAF_CHECK_EQUAL(failure(),
+                  "route.tv.signal-time: set, but max-age is not");
+  route("tv")["cap-by"] = std::string{"symbol"};
+  CAF_CHECK_EQUAL(failure(),
+                  "route.tv.cap-by: set, but max-new-per-minute is not");
+  // A text route has no members: no time to judge (unless signed), no
+  // member to cap by.
+  route("tv")["body"] = std::string{"text"};
+  route("tv")["max-age"] = caf::timespan{std::chrono::seconds(30)};
+  CAF_CHECK(starts_with(failure(), "route.tv.max-age: a text route has no "
+                                   "time to judge"));
+  route("tv")["body"] = std::string{"text"};
+  route("tv")["max-new-per-minute"] = int64_t{5};
+  route("tv")["cap-by"] = std::string{"symbol"};
+  CAF_CHECK(starts_with(failure(), "route.tv.cap-by: a text route"));
+  route("tv")["body"] = std::string{"text"};
+  route("tv")["auth"] = std::string{"standard-webhooks"};
+  route("tv")["secret"] = std::string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"};
+  route("tv")["max-age"] = caf::timespan{std::chrono::seconds(30)};
+  built();
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

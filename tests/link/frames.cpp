@@ -118,6 +118,14 @@ std::vector<request> sample_requests() {
   x.kind = op::transfer;
   x.node = 8;
   out.push_back(x);
+  // A claim with every guard set (sent as `guarded_claim_op`).
+  x = request{};
+  x.kind = op::claim;
+  x.claim = sample_claim();
+  x.claim.guards.stale = true;
+  x.claim.guards.max_new_per_minute = 120;
+  x.claim.guards.cap_scope = "BTCUSDT";
+  out.push_back(x);
   return out;
 }
 
@@ -402,6 +410,38 @@ CAF_TEST(every request round trips with every field) {
   CAF_CHECK_EQUAL(back.update.deliver_by_ms, 1'700'000'900'000);
 }
 
+CAF_TEST(a guarded claim travels as its own op byte and only with a guard) {
+  auto guarded = sample_requests().back();
+  auto bytes = encode_request(guarded);
+  CAF_CHECK_EQUAL(static_cast<uint8_t>(bytes[0]), guarded_claim_op);
+  // A build before guards reads op bytes up to `max_op`: it refuses this
+  // one instead of deciding the claim without its guards.
+  CAF_CHECK_GREATER(guarded_claim_op, max_op);
+  request back;
+  std::string why;
+  CAF_REQUIRE(decode_request(bytes, back, why));
+  CAF_CHECK(back.kind == op::claim);
+  CAF_CHECK(back.claim.guards.stale);
+  CAF_CHECK_EQUAL(back.claim.guards.max_new_per_minute, 120u);
+  CAF_CHECK_EQUAL(back.claim.guards.cap_scope, "BTCUSDT");
+  // An unguarded claim keeps the bytes of the build before.
+  auto plain = sample_requests()[0];
+  CAF_CHECK_EQUAL(static_cast<uint8_t>(encode_request(plain)[0]),
+                  static_cast<uint8_t>(op::claim));
+  // The guarded op with no guard set is not an encoding of anything.
+  codec::writer w;
+  w.u8(guarded_claim_op);
+  auto f = codec::link_format;
+  f.guards = codec::guard_fields::present;
+  codec::write(w, plain.claim, f);
+  CAF_CHECK(!decode_request(w.take(), back, why));
+  CAF_CHECK_EQUAL(why, "empty guards");
+  // A scope beyond its bound is refused.
+  guarded.claim.guards.cap_scope = std::string(record_bounds::cap_scope + 1, 'S');
+  CAF_CHECK(!decode_request(encode_request(guarded), back, why));
+  CAF_CHECK_EQUAL(why, "cap scope size");
+}
+
 CAF_TEST(every answer round trips with every field) {
   for (auto& x : sample_answers()) {
     CAF_MESSAGE("op " << to_string(x.kind) << " error " << to_string(x.error));
@@ -460,7 +500,7 @@ CAF_TEST(every truncation and a trailing byte are refused) {
 
 CAF_TEST(an unknown op is refused) {
   std::string why;
-  for (uint8_t bad : {uint8_t{0}, uint8_t{max_op + 1}, uint8_t{0xFF}}) {
+  for (uint8_t bad : {uint8_t{0}, uint8_t{guarded_claim_op + 1}, uint8_t{0xFF}}) {
     auto req = encode_request(sample_requests()[6]);
     req[0] = static_cast<char>(bad);
     CAF_CHECK(!request_ok(req, &why));
@@ -484,7 +524,7 @@ CAF_TEST(enum values beyond the last are refused) {
                     static_cast<uint8_t>(record_state::failed) + 1)),
                   std::string("unknown"));
   CAF_CHECK_EQUAL(to_string(static_cast<decision>(
-                    static_cast<uint8_t>(decision::renewed) + 1)),
+                    static_cast<uint8_t>(last_decision) + 1)),
                   std::string("unknown"));
   CAF_CHECK_EQUAL(to_string(static_cast<transition>(
                     static_cast<uint8_t>(transition::reconcile_wait) + 1)),
@@ -510,7 +550,7 @@ CAF_TEST(enum values beyond the last are refused) {
   CAF_CHECK(request_ok(encode_request(list)));
   auto answers = sample_answers();
   auto ans = answers[0];
-  ans.claim.outcome = static_cast<decision>(4);
+  ans.claim.outcome = static_cast<decision>(6);
   CAF_CHECK(!answer_ok(encode_answer(ans), &why));
   CAF_CHECK_EQUAL(why, "decision");
   ans = answers[0];

@@ -383,4 +383,107 @@ CAF_TEST(an entry with an operator release of a settled record round trips) {
   CAF_CHECK(!decode_batch(bad));
 }
 
+CAF_TEST(guards travel in OGC5 entries only when a claim carries one) {
+  std::vector<command> plain(1);
+  plain[0].claim = make_claim("k", 1000);
+  auto p = encode_batch(plain);
+  CAF_CHECK_EQUAL(p.substr(0, 4), "OGC3");
+  std::vector<command> guarded(2);
+  guarded[0].claim = make_claim("a", 1000);
+  guarded[0].claim.guards.stale = true;
+  guarded[1].claim = make_claim("b", 1000);
+  guarded[1].claim.guards.max_new_per_minute = 7;
+  guarded[1].claim.guards.cap_scope = "BTCUSDT";
+  auto g = encode_batch(guarded);
+  CAF_CHECK_EQUAL(g.substr(0, 4), "OGC5");
+  auto back = decode_batch(g);
+  CAF_REQUIRE(back);
+  CAF_REQUIRE_EQUAL(back->size(), 2u);
+  CAF_CHECK((*back)[0].claim.guards.stale);
+  CAF_CHECK_EQUAL((*back)[0].claim.guards.max_new_per_minute, 0u);
+  CAF_CHECK(!(*back)[1].claim.guards.stale);
+  CAF_CHECK_EQUAL((*back)[1].claim.guards.max_new_per_minute, 7u);
+  CAF_CHECK_EQUAL((*back)[1].claim.guards.cap_scope, "BTCUSDT");
+  CAF_CHECK_EQUAL(encode_batch(*back), g);
+  // Every proper prefix is refused.
+  for (size_t len = 0; len < g.size(); len += 8)
+    CAF_CHECK(!decode_batch(g.substr(0, len)));
+}
+
+CAF_TEST(a stale claim creates no record but a duplicate stays a duplicate) {
+  auto db = open();
+  std::vector<command> batch(1);
+  // Executed in time...
+  batch[0].claim = make_claim("k", 1000, "{\"a\":1}");
+  auto r1 = apply_batch(*db, 1, batch);
+  CAF_REQUIRE(r1);
+  CAF_CHECK_EQUAL((*r1)[0].claim.outcome, decision::accepted);
+  // ...its stale resend is a duplicate, another payload a mismatch...
+  batch[0].claim.now_ms = 30'000;
+  batch[0].claim.guards.stale = true;
+  auto r2 = apply_batch(*db, 2, batch);
+  CAF_REQUIRE(r2);
+  CAF_CHECK_EQUAL((*r2)[0].claim.outcome, decision::duplicate);
+  batch[0].claim.fingerprint = std::string(32, 'x');
+  auto r3 = apply_batch(*db, 3, batch);
+  CAF_REQUIRE(r3);
+  CAF_CHECK_EQUAL((*r3)[0].claim.outcome, decision::mismatch);
+  // ...a stale new key is refused and leaves nothing behind...
+  batch[0].claim = make_claim("fresh", 31'000);
+  batch[0].claim.guards.stale = true;
+  auto r4 = apply_batch(*db, 4, batch);
+  CAF_REQUIRE(r4);
+  CAF_CHECK_EQUAL((*r4)[0].claim.outcome, decision::stale);
+  auto none = db->load("default", "fresh");
+  CAF_REQUIRE(none);
+  CAF_CHECK(!none->found);
+  // ...and an expired record is not renewed by a stale claim (it stays
+  // until it is purged).
+  batch[0].claim = make_claim("k", 100'000, "{\"a\":1}");
+  batch[0].claim.guards.stale = true;
+  auto r5 = apply_batch(*db, 5, batch);
+  CAF_REQUIRE(r5);
+  CAF_CHECK_EQUAL((*r5)[0].claim.outcome, decision::stale);
+  auto old = db->load("default", "k");
+  CAF_REQUIRE(old && old->found);
+  CAF_CHECK_EQUAL(old->rec.first_seen_ms, 1000);
+}
+
+CAF_TEST(a cap allows its count of new records per minute of the store clock) {
+  auto db = open();
+  uint64_t index = 0;
+  auto claim = [&](const std::string& key, int64_t now,
+                   const std::string& scope = {}) {
+    std::vector<command> batch(1);
+    batch[0].claim = make_claim(key, now);
+    batch[0].claim.guards.max_new_per_minute = 3;
+    batch[0].claim.guards.cap_scope = scope;
+    auto res = apply_batch(*db, ++index, batch);
+    CAF_REQUIRE(res);
+    return (*res)[0].claim.outcome;
+  };
+  CAF_CHECK_EQUAL(claim("a", 1000), decision::accepted);
+  CAF_CHECK_EQUAL(claim("b", 2000), decision::accepted);
+  // A duplicate is not counted.
+  CAF_CHECK_EQUAL(claim("b", 2500), decision::duplicate);
+  CAF_CHECK_EQUAL(claim("c", 3000), decision::accepted);
+  CAF_CHECK_EQUAL(claim("d", 4000), decision::rate_limited);
+  CAF_CHECK(!db->load("default", "d")->found);
+  // A duplicate of an executed key is still answered at the cap.
+  CAF_CHECK_EQUAL(claim("a", 4100), decision::duplicate);
+  // Another scope has its own cap.
+  CAF_CHECK_EQUAL(claim("e", 4200, "ETHUSDT"), decision::accepted);
+  // A minute after the first grant one slot frees, not more.
+  CAF_CHECK_EQUAL(claim("d", 61'000), decision::accepted);
+  CAF_CHECK_EQUAL(claim("f", 61'500), decision::rate_limited);
+  CAF_CHECK_EQUAL(claim("f", 62'000), decision::accepted);
+  // A proposer whose clock is behind cannot reopen the window: the store
+  // clock never moves back.
+  CAF_CHECK_EQUAL(claim("g", 10), decision::rate_limited);
+  // Only the granted keys have records.
+  auto count = db->count();
+  CAF_REQUIRE(count);
+  CAF_CHECK_EQUAL(*count, 6u); // a b c d f e
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

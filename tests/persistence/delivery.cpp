@@ -399,7 +399,8 @@ CAF_TEST(a version 4 database is migrated with its records) {
   // Take the file back to version 4: what the build before left.
   sqlite3* raw = nullptr;
   CAF_REQUIRE_EQUAL(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
-  auto sql = "DROP INDEX records_due;"
+  auto sql = "DROP TABLE grants;"
+             "DROP INDEX records_due;"
              "ALTER TABLE records DROP COLUMN attempts;"
              "ALTER TABLE records DROP COLUMN next_attempt_ms;"
              "ALTER TABLE records DROP COLUMN deliver_by_ms;"
