@@ -43,6 +43,9 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<purge_result>("oncegate.purge_result");
   cfg.add_message_type<record_page>("oncegate.record_page");
   cfg.add_message_type<delivery_queue>("oncegate.delivery_queue");
+  cfg.add_message_type<pause_op>("oncegate.pause_op");
+  cfg.add_message_type<route_pause>("oncegate.route_pause");
+  cfg.add_message_type<route_pauses>("oncegate.route_pauses");
   cfg.add_message_type<histogram>("oncegate.histogram");
   cfg.add_message_type<unsettled_count>("oncegate.unsettled_count");
   cfg.add_message_type<persistence::store_stats>("oncegate.store_stats");

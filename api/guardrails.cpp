@@ -5,6 +5,7 @@
 #include <caf/timespan.hpp>
 
 #include "api/idempotency_key.hpp"
+#include "api/responses.hpp"
 
 namespace oncegate::gateway {
 
@@ -151,8 +152,9 @@ judge(const guardrails& g, auth_mode auth,
   return out;
 }
 
-rejection stale_signal(const guardrails& g, int64_t age_ms) {
-  rejection r{422, "stale-signal", "Stale signal", {}, {}};
+http_response stale_signal(const guardrails& g, int64_t age_ms,
+                           const std::string& key) {
+  rejection r{422, "stale-signal", "Stale signal", {}};
   if (age_ms < 0)
     r.detail = "the signal's time is " + seconds_text(-age_ms)
                + " ahead of this node's clock, beyond the route's max-ahead ("
@@ -161,23 +163,25 @@ rejection stale_signal(const guardrails& g, int64_t age_ms) {
     r.detail = "the signal is " + seconds_text(age_ms)
                + " old, beyond the route's max-age ("
                + seconds_text(g.max_age_ms) + "); not executed";
-  r.extensions = ",\"age_ms\":" + std::to_string(age_ms) + ",\"max_age_ms\":"
-                 + std::to_string(g.max_age_ms) + ",\"max_ahead_ms\":"
-                 + std::to_string(g.max_ahead_ms);
-  return r;
+  return make_problem(r, key,
+                      ",\"age_ms\":" + std::to_string(age_ms)
+                        + ",\"max_age_ms\":" + std::to_string(g.max_age_ms)
+                        + ",\"max_ahead_ms\":"
+                        + std::to_string(g.max_ahead_ms));
 }
 
-rejection rate_limited(const guardrails& g) {
+http_response rate_limited(const guardrails& g, const std::string& key) {
   rejection r{429, "rate-limited", "Rate limited",
               "the route's cap of " + std::to_string(g.max_new_per_minute)
                 + " new signals per minute"
-                + (g.cap_by.empty() ? std::string{}
-                                    : " per " + g.cap_by)
-                + " is reached; not executed",
-              {}};
-  r.extensions = ",\"max_new_per_minute\":"
-                 + std::to_string(g.max_new_per_minute);
-  return r;
+                + (g.cap_by.empty() ? std::string{} : " per " + g.cap_by)
+                + " is reached; not executed"};
+  auto res = make_problem(r, key,
+                          ",\"max_new_per_minute\":"
+                            + std::to_string(g.max_new_per_minute));
+  // A minute is the longest a new signal waits for the cap.
+  res.set("Retry-After", "60");
+  return res;
 }
 
 } // namespace oncegate::gateway

@@ -20,6 +20,7 @@
 #include "api/auth.hpp"
 #include "api/payload.hpp"
 #include "api/rejection.hpp"
+#include "http/http_types.hpp"
 
 namespace oncegate::gateway {
 
@@ -78,11 +79,14 @@ judge(const guardrails& g, auth_mode auth,
       std::optional<std::string_view> webhook_timestamp, const payload& body,
       int64_t now_ms);
 
-/// 422 `stale-signal` for a claim the store refused as stale: its age and
-/// the limit, in the detail and as `age_ms` and `max_age_ms`.
-rejection stale_signal(const guardrails& g, int64_t age_ms);
+/// 422 `stale-signal` for a claim of `key` the store refused as stale: its
+/// age and the limits, in the detail and as `age_ms`, `max_age_ms` and
+/// `max_ahead_ms`.
+http_response stale_signal(const guardrails& g, int64_t age_ms,
+                           const std::string& key);
 
-/// 429 `rate-limited` for a claim the store refused at the cap.
-rejection rate_limited(const guardrails& g);
+/// 429 `rate-limited` with `Retry-After` for a claim the store refused at
+/// the cap (`max_new_per_minute` says it).
+http_response rate_limited(const guardrails& g, const std::string& key);
 
 } // namespace oncegate::gateway

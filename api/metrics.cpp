@@ -101,8 +101,8 @@ void render_histogram(std::string& out, const char* name, const char* help,
 
 constexpr const char* outcome_names[] = {
   "new",         "duplicate",   "mismatch", "rejected_auth", "forbidden",
-  "bad_request", "unavailable", "stale",    "rate_limited"};
-static_assert(enum_table_covers(outcome::rate_limited, outcome_names));
+  "bad_request", "unavailable", "stale",    "rate_limited",  "paused"};
+static_assert(enum_table_covers(outcome::paused, outcome_names));
 
 const char* to_string(outcome x) {
   return enum_text(x, outcome_names);
@@ -259,6 +259,21 @@ std::string gateway_metrics::render(const node_metrics& node) const {
       out += std::to_string(n);
       out += '\n';
     }
+  header(out, "oncegate_route_paused_since_seconds", "gauge",
+         "When the route was paused (Unix seconds, by the store's clock; 0 "
+         "while it is not): its new signals are refused with 503 paused "
+         "and its queued signals are held. As this node has applied it.");
+  for (size_t r = 0; r < routes_.size(); ++r) {
+    int64_t since = 0;
+    for (auto& p : node.paused)
+      if (p.route == routes_[r])
+        since = std::max<int64_t>(p.since_ms / 1000, 1);
+    out += "oncegate_route_paused_since_seconds{route=\"";
+    out += routes_[r];
+    out += "\"} ";
+    out += std::to_string(since);
+    out += '\n';
+  }
   metric(out, "oncegate_purged_records_total", "counter",
          "Expired records deleted by the alarm.", node.alarm.purged);
   metric(out, "oncegate_purge_runs_total", "counter",

@@ -26,9 +26,11 @@ enum class outcome : uint8_t {
   /// (or ahead), or the route's cap of new signals was reached.
   stale,
   rate_limited,
+  /// Refused: the route is paused (`oncegate routes pause`).
+  paused,
 };
 
-constexpr std::size_t outcome_count = 9;
+constexpr std::size_t outcome_count = 10;
 
 /// Returns the label value, e.g. `new`, `rejected_auth`.
 const char* to_string(outcome x);

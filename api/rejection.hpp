@@ -15,9 +15,6 @@ struct rejection {
   std::string title;
   /// Specific explanation (never echoes secrets or whole bodies).
   std::string detail;
-  /// More members of the problem, as JSON text starting with a comma (e.g.
-  /// `,"age_ms":61000`); empty: none.
-  std::string extensions;
 };
 
 } // namespace oncegate::gateway

@@ -42,7 +42,8 @@ constexpr std::size_t answer_fields = 6;
 /// A problem body with its extensions fits without growing.
 constexpr std::size_t problem_body_bytes = 384;
 
-http_response make_problem(const rejection& why, const std::string& key) {
+http_response make_problem(const rejection& why, const std::string& key,
+                           std::string_view extensions) {
   http_response res;
   res.headers.reserve(answer_fields);
   res.status = why.status;
@@ -59,7 +60,7 @@ http_response make_problem(const rejection& why, const std::string& key) {
   out += std::to_string(why.status);
   out += R"(,"detail":)";
   append_json_string(out, why.detail);
-  out += why.extensions;
+  out += extensions;
   if (!key.empty()) {
     out += R"(,"idempotency_key":)";
     append_json_string(out, key);
@@ -92,6 +93,16 @@ http_response not_found(std::string detail) {
 http_response unavailable_response(errc error, const std::string& key) {
   auto res = make_problem(unavailable(error), key);
   res.set("Retry-After", "1");
+  return res;
+}
+
+http_response route_paused(const std::string& route, const std::string& key) {
+  auto res = make_problem({503, "paused", "Route paused",
+                           "route " + route
+                             + " is paused by its operator; this request was "
+                               "not executed; retry later"},
+                          key);
+  res.set("Retry-After", "30");
   return res;
 }
 

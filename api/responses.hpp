@@ -13,8 +13,10 @@
 namespace oncegate::gateway {
 
 /// Builds an `application/problem+json` response (RFC 9457).
-/// `key` (may be empty) is echoed as `idempotency_key`.
-http_response make_problem(const rejection& why, const std::string& key = {});
+/// `key` (may be empty) is echoed as `idempotency_key`; `extensions` are
+/// more members, as JSON text starting with a comma (`,"age_ms":61000`).
+http_response make_problem(const rejection& why, const std::string& key = {},
+                           std::string_view extensions = {});
 
 /// Sets `Cache-Control: no-store` and echoes `key` as `Idempotency-Key`
 /// when it is a valid header value (a body-sourced key may not be).
@@ -32,5 +34,10 @@ http_response not_found(std::string detail = "no such endpoint or route");
 /// 503 with `Retry-After`: the node could not decide; this request was not
 /// executed (a key executed before stays executed: a retry finds it).
 http_response unavailable_response(errc error, const std::string& key);
+
+/// 503 `paused` with `Retry-After`: route `route` is paused (`oncegate
+/// routes pause`); this request was not executed, and its resend after
+/// the route is resumed will be.
+http_response route_paused(const std::string& route, const std::string& key);
 
 } // namespace oncegate::gateway

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "api/admin_cluster.hpp"
+#include "api/admin_routes.hpp"
 #include "api/forwarder.hpp"
 #include "api/redelivery.hpp"
 #include "api/health_endpoints.hpp"
@@ -41,7 +42,8 @@ webhook_handler::webhook_handler(webhook_options opts, node_service& node,
     node_(node),
     cache_(opts_.decision_cache, opts_.decision_cache_bytes),
     metrics_(route_names(opts_.routes)),
-    keys_(opts_.routes, opts_.payload, node_, cache_) {
+    keys_(opts_.routes, opts_.payload, node_, cache_),
+    now_(now) {
   if (any_upstream(opts_.routes))
     forwarder_ = std::make_unique<forwarder>(node_, metrics_);
   if (!signature_now)
@@ -124,11 +126,14 @@ void webhook_handler::handle(http_request req, responder done) {
                          done);
   bool keys = starts_with(path, "/v1/keys/") || path == "/v1/keys";
   bool cluster = path == "/v1/cluster" || starts_with(path, "/v1/cluster/");
-  if (keys || cluster) {
+  bool routes = path == "/v1/routes" || starts_with(path, "/v1/routes/");
+  if (keys || cluster || routes) {
     if (auto refused = refuse_admin(opts_.admin, opts_.proxies, req))
       return done(std::move(*refused));
     if (cluster)
       return serve_cluster_admin(node_, req, done);
+    if (routes)
+      return serve_routes_admin(node_, opts_.routes, now_(), req, done);
     return keys_.handle(req, done);
   }
   if (starts_with(path, "/v1/webhook"))

@@ -106,6 +106,8 @@ private:
   decision_cache cache_;
   gateway_metrics metrics_;
   admin_keys keys_;
+  /// The node's clock (stamps pauses).
+  wall_clock_fn now_;
   std::unique_ptr<webhook_pipeline> pipeline_;
   /// Null unless a route delivers durably. Destroyed after `forwarder_`,
   /// whose thread runs its callbacks.

@@ -341,13 +341,15 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
           break;
         case decision::stale:
           metrics_.count(idx, outcome::stale);
-          res = make_problem(stale_signal(route.guards, age_ms), key.value);
+          res = stale_signal(route.guards, age_ms, key.value);
           break;
         case decision::rate_limited:
           metrics_.count(idx, outcome::rate_limited);
-          res = make_problem(rate_limited(route.guards), key.value);
-          // A minute is the longest a new signal waits for the cap.
-          res.set("Retry-After", "60");
+          res = rate_limited(route.guards, key.value);
+          break;
+        case decision::paused:
+          metrics_.count(idx, outcome::paused);
+          res = route_paused(route.name, key.value);
           break;
       }
       log::gateway()->debug("[C{}][R{}] claim.{} route={} status={}", conn,

@@ -62,6 +62,8 @@ const std::vector<command_spec>* group_commands(std::string_view group) {
     return &keys_commands();
   if (group == "cluster")
     return &cluster_commands();
+  if (group == "routes")
+    return &routes_commands();
   return nullptr;
 }
 
@@ -86,7 +88,8 @@ void print_overview(std::ostream& out, std::string_view version) {
          "complete, redeliver\n"
          "       oncegate cluster COMMAND ...    status, transfer, add, "
          "remove\n"
-         "       oncegate help keys|cluster      a group's commands\n\n"
+         "       oncegate routes COMMAND ...     status, pause, resume\n"
+         "       oncegate help keys|cluster|routes  a group's commands\n\n"
       << options_help << '\n' << exit_help << "More: docs/cli.md.\n";
 }
 
@@ -174,7 +177,8 @@ bool wants_admin_cli(int argc, char** argv) {
   if (argc < 2)
     return false;
   std::string_view first = argv[1];
-  if (first == "keys" || first == "cluster" || first == "help")
+  if (first == "keys" || first == "cluster" || first == "routes"
+      || first == "help")
     return true;
   for (std::string_view opt : {"--node", "--token", "--token-file",
                                "--ca-file", "--timeout"})
@@ -236,7 +240,7 @@ int run_admin_cli(int argc, char** argv, std::string_view version) {
     }
     if (words.size() > 1) {
       err << "oncegate: no help on " << display(words[1])
-          << " (keys, cluster)\n";
+          << " (keys, cluster, routes)\n";
       return to_int(exit_code::usage);
     }
     print_overview(out, version);

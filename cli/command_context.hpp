@@ -75,6 +75,10 @@ const std::vector<command_spec>& keys_commands();
 /// (`cli/cluster_commands.cpp`).
 const std::vector<command_spec>& cluster_commands();
 
+/// `routes status`, `routes pause`, `routes resume`
+/// (`cli/routes_commands.cpp`).
+const std::vector<command_spec>& routes_commands();
+
 /// Reports a usage error of a command (why, then its usage line) on
 /// `err`; returns `exit_code::usage`.
 exit_code usage_error(std::ostream& err, const command_spec& cmd,

@@ -41,5 +41,7 @@ using doubt_atom = caf::atom_constant<caf::atom("doubt")>;
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 /// Read the delivery queue (queued records due).
 using due_atom = caf::atom_constant<caf::atom("due")>;
+/// Read, pause or resume a route (`pause_op`).
+using pause_atom = caf::atom_constant<caf::atom("pause")>;
 
 } // namespace oncegate

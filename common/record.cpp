@@ -14,7 +14,8 @@ const char* to_string(record_state x) {
 }
 
 constexpr const char* decision_names[] = {
-  "accepted", "duplicate", "mismatch", "renewed", "stale", "rate_limited"};
+  "accepted", "duplicate", "mismatch", "renewed", "stale", "rate_limited",
+  "paused"};
 static_assert(enum_table_covers(last_decision, decision_names));
 
 const char* to_string(decision x) {

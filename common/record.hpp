@@ -66,10 +66,12 @@ enum class decision : uint8_t {
   /// Refused by a guard: the route's cap of new executions per minute is
   /// reached. Nothing is written.
   rate_limited = 5,
+  /// Refused: the route is paused (`route_pause`). Nothing is written.
+  paused = 6,
 };
 
 /// The last `decision` value.
-constexpr decision last_decision = decision::rate_limited;
+constexpr decision last_decision = decision::paused;
 
 const char* to_string(decision x);
 
@@ -78,9 +80,10 @@ constexpr bool grants(decision x) {
   return x == decision::accepted || x == decision::renewed;
 }
 
-/// Returns whether a guard refused `x` (nothing was written).
+/// Returns whether a guard or a pause refused `x` (nothing was written).
 constexpr bool refused(decision x) {
-  return x == decision::stale || x == decision::rate_limited;
+  return x == decision::stale || x == decision::rate_limited
+         || x == decision::paused;
 }
 
 /// One stored idempotency record, keyed by `(route, key)`.
@@ -173,8 +176,8 @@ inline holder holder_of(const record& r) {
 /// calls it. With no holder, or one that is no longer live at `now_ms`
 /// (the one expiry rule, `live`): `accepted` (or `renewed` when a dead
 /// record is replaced; only the store writes, so only it may act on
-/// these), unless a guard refuses a new record (`refusal`: `stale` or
-/// `rate_limited`; a guard never changes any other answer, so a stale
+/// these), unless a guard refuses a new record (`refusal`: `stale`,
+/// `rate_limited` or `paused`; a guard never changes any other answer, so a stale
 /// duplicate of a signal executed in time stays a duplicate). A live holder
 /// with another payload: `mismatch`. The same request attempt asking again
 /// (non-zero id, same id and owner): `accepted` (its first answer was lost;
@@ -450,6 +453,38 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delivery_queue& x) {
   return f(caf::meta::type_name("delivery_queue"), x.due, x.next_ms);
 }
+
+/// A paused route (`oncegate routes pause`): while it is, a claim that
+/// would create a record is refused (`decision::paused`) and its queued
+/// records are not delivered. Kept in every partition's state, so every
+/// leader refuses alike.
+struct route_pause {
+  std::string route;
+  /// The store's clock when it was paused.
+  int64_t since_ms = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, route_pause& x) {
+  return f(caf::meta::type_name("route_pause"), x.route, x.since_ms);
+}
+
+/// The paused routes, by name.
+using route_pauses = std::vector<route_pause>;
+
+/// What a pause request does.
+enum class pause_op : uint8_t {
+  /// Reads the paused routes.
+  read = 0,
+  /// Pauses a route (a paused route stays paused since its first pause).
+  pause = 1,
+  /// Resumes a route.
+  resume = 2,
+};
+
+/// How many routes may be paused at once (bounds what a node reads from
+/// another).
+constexpr std::size_t max_pauses = 1024;
 
 /// How many unsettled records of one route are in one state.
 struct unsettled_count {

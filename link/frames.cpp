@@ -20,7 +20,8 @@ static_assert(enum_table_covers(header_error::too_large, header_error_names));
 // Requests count from 1: 0 is no op.
 constexpr const char* op_names[] = {"unknown", "claim",  "update",
                                     "lookup", "list",   "doubt",
-                                    "add",    "remove", "transfer"};
+                                    "add",    "remove", "transfer",
+                                    "pause"};
 static_assert(sizeof(op_names) / sizeof(op_names[0]) == max_op + 1);
 
 // The last `errc` this build knows: an answer with a later one comes from a
@@ -185,6 +186,11 @@ std::string encode_request(const request& x) {
     case op::transfer:
       w.u64(x.node);
       break;
+    case op::pause:
+      w.str(x.route);
+      w.u8(static_cast<uint8_t>(x.pause));
+      w.i64(x.now_ms);
+      break;
   }
   return w.take();
 }
@@ -234,6 +240,11 @@ bool decode_request(std::string_view in, request& out, std::string& why) {
       case op::transfer:
         ok = r.u64(x.node);
         break;
+      case op::pause:
+        ok = r.str(x.route, b::route, "route size")
+             && r.enumeration(x.pause, pause_op::resume, "pause")
+             && r.i64(x.now_ms);
+        break;
     }
   }
   if (!finish(r, ok, why))
@@ -280,6 +291,13 @@ std::string encode_answer(const answer& x) {
     case op::remove:
       w.i32(x.status);
       break;
+    case op::pause:
+      w.u32(static_cast<uint32_t>(x.pauses.size()));
+      for (auto& p : x.pauses) {
+        w.str(p.route);
+        w.i64(p.since_ms);
+      }
+      break;
   }
   return w.take();
 }
@@ -304,6 +322,26 @@ bool read_page(reader& r, record_page& page) {
     page.records.push_back(std::move(rec));
   }
   return r.str(page.next_after, record_bounds::key, "key size");
+}
+
+bool read_pauses(reader& r, route_pauses& out) {
+  uint32_t count = 0;
+  if (!r.u32(count))
+    return false;
+  if (count > max_pauses)
+    return r.fail("pause count");
+  // Each takes at least a length and a time.
+  if (count > r.remaining() / 12)
+    return r.fail("truncated");
+  out.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    route_pause p;
+    if (!r.str(p.route, record_bounds::route, "route size")
+        || !r.i64(p.since_ms))
+      return false;
+    out.push_back(std::move(p));
+  }
+  return true;
 }
 
 } // namespace
@@ -337,6 +375,9 @@ bool decode_answer(std::string_view in, answer& out, std::string& why) {
       case op::add:
       case op::remove:
         ok = r.i32(x.status);
+        break;
+      case op::pause:
+        ok = read_pauses(r, x.pauses);
         break;
     }
   }

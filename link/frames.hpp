@@ -132,16 +132,19 @@ enum class op : uint8_t {
   remove = 7,
   /// Hand leadership to `node` (0: any voter) -> the new leader's id.
   transfer = 8,
+  /// (route, pause_op, now_ms): read the paused routes, or pause or resume
+  /// `route` -> the paused routes.
+  pause = 9,
 };
 
-constexpr uint8_t max_op = 8;
+constexpr uint8_t max_op = 9;
 
 /// On the wire, a claim that carries guards (`claim_guards`) is sent as op
-/// byte 9 with the guards after the claim's fields; it decodes as
+/// byte 10 with the guards after the claim's fields; it decodes as
 /// `op::claim`. A claim without guards is the bytes builds before guards
 /// send and read; a build before them refuses a guarded one as an unknown
 /// op (never reads it as a claim without its guards).
-constexpr uint8_t guarded_claim_op = 9;
+constexpr uint8_t guarded_claim_op = 10;
 
 const char* to_string(op x);
 
@@ -149,13 +152,15 @@ struct request {
   op kind = op::claim;
   claim_request claim;   // claim
   record_update update;  // update
-  std::string route;     // lookup, list
+  std::string route;     // lookup, list, pause
   std::string key;       // lookup; list: the key to continue after
   record_state state = record_state::in_doubt; // list
   uint32_t limit = 0;    // list
   uint64_t node = 0;     // doubt (owner), add, remove, transfer
   int64_t before_ms = 0; // doubt
   std::string address;   // add
+  pause_op pause = pause_op::read; // pause
+  int64_t now_ms = 0;              // pause
 };
 
 std::string encode_request(const request& x);
@@ -179,6 +184,7 @@ struct answer {
   update_result update; // update
   lookup_result lookup; // lookup
   record_page page;     // list
+  route_pauses pauses;  // pause
   /// doubt: records doubted; transfer: the new leader (0: none).
   uint64_t value = 0;
   /// add, remove: libraft's status (0: done).

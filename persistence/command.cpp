@@ -22,13 +22,15 @@ constexpr uint32_t batch_magic_v3 = 0x3343474F;
 // the build before can still read the log of a cluster that does not use
 // durable delivery (docs/operations.md, "Upgrades").
 constexpr uint32_t batch_magic_v4 = 0x3443474F;
-// "OGC5": OGC4, plus every claim's guards (stale, a cap and its scope).
-// Written only when a claim of the batch carries a guard: a cluster whose
-// routes set no `max-age` and no cap writes what the build before reads.
+// "OGC5": OGC4, plus every claim's guards (stale, a cap and its scope),
+// and pauses. Written only when a batch holds a guarded claim or a pause:
+// a cluster whose routes set no `max-age` and no cap, and that pauses
+// nothing, writes what the build before reads.
 constexpr uint32_t batch_magic_v5 = 0x3543474F;
 
 bool needs_v5(const command& cmd) {
-  return cmd.type == command::kind::claim && used(cmd.claim.guards);
+  return (cmd.type == command::kind::claim && used(cmd.claim.guards))
+         || cmd.type == command::kind::pause;
 }
 
 // The fields of the commands in a batch of format `magic`.
@@ -76,6 +78,8 @@ std::size_t encoded_size(const command& cmd) {
       return 1 + 8 + 4;
     case command::kind::doubt:
       return 1 + 8 + 8;
+    case command::kind::pause:
+      return 1 + 4 + cmd.route.size() + 1 + 8;
   }
   return 0;
 }
@@ -106,6 +110,11 @@ std::string encode_batch(const std::vector<command>& batch) {
       case command::kind::doubt:
         w.u64(cmd.owner);
         w.i64(cmd.before_ms);
+        break;
+      case command::kind::pause:
+        w.str(cmd.route);
+        w.u8(static_cast<uint8_t>(cmd.pause));
+        w.i64(cmd.now_ms);
         break;
     }
   }
@@ -151,6 +160,14 @@ caf::expected<std::vector<command>> decode_batch(std::string_view entry) {
         cmd.type = command::kind::doubt;
         ok = r.u64(cmd.owner) && r.i64(cmd.before_ms);
         break;
+      case static_cast<uint8_t>(command::kind::pause):
+        // Only in OGC5; a pause that reads nothing is not written.
+        cmd.type = command::kind::pause;
+        ok = magic == batch_magic_v5
+             && r.str(cmd.route, record_bounds::route, "route size")
+             && r.enumeration(cmd.pause, pause_op::resume, "pause")
+             && cmd.pause != pause_op::read && r.i64(cmd.now_ms);
+        break;
       default:
         return malformed("unknown command");
     }
@@ -168,7 +185,8 @@ int64_t leader_stamp(const std::vector<command>& batch) {
   for (auto& cmd : batch) {
     if (cmd.type == command::kind::claim)
       stamp = std::max(stamp, cmd.claim.now_ms);
-    else if (cmd.type == command::kind::purge)
+    else if (cmd.type == command::kind::purge
+             || cmd.type == command::kind::pause)
       stamp = std::max(stamp, cmd.now_ms);
   }
   return stamp;
@@ -234,6 +252,19 @@ apply_batch(sqlite_store& db, uint64_t index,
         if (!res)
           return fail(std::move(res.error()));
         results[i].doubted = *res;
+        break;
+      }
+      case command::kind::pause: {
+        now = std::max(now, cmd.now_ms);
+        // A pause beyond the bound changes nothing (every replica refuses
+        // it alike); other errors fail the entry.
+        if (auto err = db.pause(cmd.route, cmd.pause, now);
+            err && errc_of(err) != errc::invalid_argument)
+          return fail(std::move(err));
+        auto res = db.pauses();
+        if (!res)
+          return fail(std::move(res.error()));
+        results[i].pauses = std::move(*res);
         break;
       }
     }

@@ -14,12 +14,22 @@ namespace oncegate::persistence {
 /// One state change of the store, as it travels in a replicated log entry
 /// (the cluster) or is applied directly (a single node).
 struct command {
-  enum class kind : uint8_t { claim = 1, update = 2, purge = 3, doubt = 4 };
+  enum class kind : uint8_t {
+    claim = 1,
+    update = 2,
+    purge = 3,
+    doubt = 4,
+    pause = 5,
+  };
   kind type = kind::claim;
   claim_request claim;
   record_update update;
-  /// For purges: the proposer's wall clock (every replica purges the same
-  /// records) and the chunk size.
+  /// For pauses: the route and what to do (`pause_op::pause` or `resume`).
+  std::string route;
+  pause_op pause = pause_op::read;
+  /// For purges and pauses: the proposer's wall clock (every replica purges
+  /// the same records, and a pause is stamped alike); for purges the chunk
+  /// size.
   int64_t now_ms = 0;
   uint32_t limit = 0;
   /// For doubts (`sqlite_store::doubt`): whose in-flight records turn
@@ -58,6 +68,8 @@ struct command_result {
   uint64_t purged = 0;
   /// For doubts: how many records turned in-doubt.
   uint64_t doubted = 0;
+  /// For pauses: the paused routes afterwards.
+  route_pauses pauses;
 };
 
 /// Applies log entry `index` (a batch) to `db` in one transaction that also

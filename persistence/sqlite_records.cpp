@@ -88,11 +88,27 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
       return sqlite_error(db, what);
     return caf::none;
   };
-  // The guards (common/record.hpp) may refuse a new record; they never
-  // change any other answer.
+  // A pause and the guards (common/record.hpp) may refuse a new record;
+  // they never change any other answer.
   auto& guards = req.guards;
   std::optional<decision> refusal;
-  if (guards.stale) {
+  {
+    auto st = impl_->stmts[stmt_paused];
+    stmt_guard guard{st};
+    bind_text(st, 1, req.route);
+    switch (sqlite3_step(st)) {
+      case SQLITE_ROW:
+        refusal = decision::paused;
+        break;
+      case SQLITE_DONE:
+        break;
+      default:
+        return sqlite_error(db, "paused");
+    }
+  }
+  if (refusal) {
+    // Paused: no other guard matters.
+  } else if (guards.stale) {
     refusal = decision::stale;
   } else if (guards.max_new_per_minute != 0) {
     auto st = impl_->stmts[stmt_count_grants];
@@ -373,6 +389,45 @@ caf::expected<int64_t> sqlite_store::next_delivery() {
   if (sqlite3_column_type(st, 0) == SQLITE_NULL)
     return int64_t{-1};
   return sqlite3_column_int64(st, 0);
+}
+
+caf::error sqlite_store::pause(const std::string& route, pause_op op,
+                               int64_t now_ms) {
+  if (op == pause_op::read)
+    return caf::none;
+  if (op == pause_op::pause) {
+    auto current = pauses();
+    if (!current)
+      return std::move(current.error());
+    if (current->size() >= max_pauses)
+      return make_error(errc::invalid_argument,
+                        "at most " + std::to_string(max_pauses)
+                          + " routes are paused at once");
+  }
+  auto id = op == pause_op::pause ? stmt_pause : stmt_resume;
+  auto st = impl_->stmts[id];
+  stmt_guard guard{st};
+  bind_text(st, 1, route);
+  if (op == pause_op::pause)
+    sqlite3_bind_int64(st, 2, now_ms);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    return sqlite_error(impl_->db, op == pause_op::pause ? "pause" : "resume");
+  return caf::none;
+}
+
+caf::expected<route_pauses> sqlite_store::pauses() {
+  auto st = impl_->stmts[stmt_list_pauses];
+  stmt_guard guard{st};
+  sqlite3_bind_int64(st, 1, static_cast<int64_t>(max_pauses));
+  route_pauses out;
+  for (;;) {
+    auto rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+      return out;
+    if (rc != SQLITE_ROW)
+      return sqlite_error(impl_->db, "paused routes");
+    out.push_back(route_pause{column_blob(st, 0), sqlite3_column_int64(st, 1)});
+  }
 }
 
 caf::expected<uint64_t> sqlite_store::count() {

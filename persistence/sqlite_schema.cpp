@@ -56,15 +56,18 @@ const char* const migrations[] = {
   "ALTER TABLE records ADD COLUMN signal_type BLOB NOT NULL DEFAULT x'';"
   "ALTER TABLE records ADD COLUMN reconciles INTEGER NOT NULL DEFAULT 0;"
   "CREATE INDEX records_due ON records(next_attempt_ms) WHERE state = 3;",
-  // 5 -> 6: the grants a route's cap counts (`max-new-per-minute`): one
-  // row per record created under a cap, at the store's clock, kept for a
-  // minute.
+  // 5 -> 6: the guardrails. The grants a route's cap counts
+  // (`max-new-per-minute`): one row per record created under a cap, at the
+  // store's clock, kept for a minute. The paused routes.
   "CREATE TABLE grants("
   "  route TEXT NOT NULL,"
   "  scope TEXT NOT NULL,"
   "  at_ms INTEGER NOT NULL);"
   "CREATE INDEX grants_by_scope ON grants(route, scope, at_ms);"
-  "CREATE INDEX grants_by_time ON grants(at_ms);",
+  "CREATE INDEX grants_by_time ON grants(at_ms);"
+  "CREATE TABLE pauses("
+  "  route TEXT PRIMARY KEY,"
+  "  since_ms INTEGER NOT NULL) WITHOUT ROWID;",
 };
 
 static_assert(std::size(migrations) == sqlite_store::schema_version);
@@ -178,11 +181,13 @@ const char* const statements[stmt_count_ids] = {
   "    AND attempts = ?5",
   // stmt_start_attempt: queued (3) -> in_flight (0) as attempt ?5 (the
   // next one: one starter wins), by node ?6 as request ?4, started at ?7,
-  // before the deadline.
+  // before the deadline, while the route is not paused (an attempt started
+  // before a pause and applied after it is not sent).
   "UPDATE records SET state = 0, attempts = ?5, owner = ?6, request_id = ?4,"
   "  next_attempt_ms = ?7"
   "  WHERE route = ?1 AND key = ?2 AND state = 3 AND first_seen_ms = ?3"
-  "    AND attempts = ?5 - 1 AND ?7 < deliver_by_ms",
+  "    AND attempts = ?5 - 1 AND ?7 < deliver_by_ms"
+  "    AND route NOT IN (SELECT route FROM pauses)",
   // stmt_fail: queued (3) -> failed (4) once ?4 reached the deadline.
   "UPDATE records SET state = 4"
   "  WHERE route = ?1 AND key = ?2 AND state = 3"
@@ -191,14 +196,17 @@ const char* const statements[stmt_count_ids] = {
   "UPDATE records SET state = 3, next_attempt_ms = ?5, deliver_by_ms = ?4"
   "  WHERE route = ?1 AND key = ?2 AND state = 4"
   "    AND (?3 = 0 OR first_seen_ms = ?3) AND ?4 > ?5",
-  // stmt_due: the queue through its index, earliest first.
+  // stmt_due: the queue through its index, earliest first; a paused
+  // route's records are held (not due, and not the next one either).
   "SELECT state, fingerprint, first_seen_ms, expires_at_ms, status,"
   "       response, signal, headers, owner, request_id, attempts,"
   "       next_attempt_ms, deliver_by_ms, signal_type, reconciles, route, key"
   "  FROM records WHERE state = 3 AND next_attempt_ms <= ?1"
+  "    AND route NOT IN (SELECT route FROM pauses)"
   "  ORDER BY next_attempt_ms LIMIT ?2",
   // stmt_next_delivery
-  "SELECT MIN(next_attempt_ms) FROM records WHERE state = 3",
+  "SELECT MIN(next_attempt_ms) FROM records WHERE state = 3"
+  "  AND route NOT IN (SELECT route FROM pauses)",
   // stmt_requeue: in_doubt (2) -> queued (3), due at ?4: the upstream said
   // it does not have the order. A new deadline from then (?5) if it had
   // none (a record of a route that delivered once).
@@ -220,6 +228,15 @@ const char* const statements[stmt_count_ids] = {
   // oldest first, bounded per claim.
   "DELETE FROM grants WHERE rowid IN ("
   "  SELECT rowid FROM grants WHERE at_ms <= ?1 ORDER BY at_ms LIMIT ?2)",
+  // stmt_paused: since when route ?1 is paused (no row: it is not).
+  "SELECT since_ms FROM pauses WHERE route = ?1",
+  // stmt_pause: a route paused again stays paused since the first time.
+  "INSERT INTO pauses(route, since_ms) VALUES(?1, ?2)"
+  "  ON CONFLICT(route) DO NOTHING",
+  // stmt_resume
+  "DELETE FROM pauses WHERE route = ?1",
+  // stmt_list_pauses
+  "SELECT route, since_ms FROM pauses ORDER BY route LIMIT ?1",
 };
 
 caf::error sqlite_error(sqlite3* db, const char* what) {

@@ -168,6 +168,14 @@ public:
   /// Number of stored records.
   caf::expected<uint64_t> count();
 
+  /// Pauses or resumes `route` at `now_ms` (the store's clock), inside the
+  /// open transaction; `pause_op::read` changes nothing. Fails with
+  /// `errc::invalid_argument` on a pause beyond `max_pauses` routes.
+  caf::error pause(const std::string& route, pause_op op, int64_t now_ms);
+
+  /// The paused routes, by name.
+  caf::expected<route_pauses> pauses();
+
   /// The index of the last replicated log entry applied (0: none), kept in
   /// the same file so that a restart replays only what came after it.
   caf::expected<uint64_t> applied_index();

@@ -55,6 +55,10 @@ enum stmt_id : size_t {
   stmt_count_grants,
   stmt_insert_grant,
   stmt_trim_grants,
+  stmt_paused,
+  stmt_pause,
+  stmt_resume,
+  stmt_list_pauses,
   stmt_count_ids, // number of statements
 };
 

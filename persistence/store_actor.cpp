@@ -39,6 +39,7 @@ struct waiter {
   caf::typed_response_promise<update_result> update_rp;
   caf::typed_response_promise<purge_result> purge_rp;
   caf::typed_response_promise<uint64_t> doubt_rp;
+  caf::typed_response_promise<route_pauses> pause_rp;
 
   void fail(const caf::error& err) {
     switch (type) {
@@ -54,6 +55,9 @@ struct waiter {
       case command::kind::doubt:
         if (doubt_rp.pending())
           doubt_rp.deliver(err);
+        break;
+      case command::kind::pause:
+        pause_rp.deliver(err);
         break;
     }
   }
@@ -153,6 +157,9 @@ struct store_state {
             log::store()->warn("store.in_flight_doubted count={} reason="
                                "past_forward_deadline",
                                res.doubted);
+          break;
+        case command::kind::pause:
+          w.pause_rp.deliver(std::move(res.pauses));
           break;
       }
     }
@@ -404,6 +411,21 @@ store_actor::behavior_type store_impl(store_pointer self,
       cmd.owner = owner;
       cmd.before_ms = before_ms;
       return enqueue_for(self, std::move(cmd), &waiter::doubt_rp);
+    },
+    [self](pause_atom, std::string& route, pause_op op,
+           int64_t now_ms) -> caf::result<route_pauses> {
+      if (op == pause_op::read)
+        return answer(self->state.sink->reader().pauses());
+      if (auto why = malformed_key(route, "-"))
+        return make_error(errc::invalid_argument, why);
+      if (op != pause_op::pause && op != pause_op::resume)
+        return make_error(errc::invalid_argument, "pause op");
+      command cmd;
+      cmd.type = command::kind::pause;
+      cmd.route = std::move(route);
+      cmd.pause = op;
+      cmd.now_ms = self->state.sink->stamp(now_ms);
+      return enqueue_for(self, std::move(cmd), &waiter::pause_rp);
     },
     [self](next_atom) { return answer(self->state.sink->reader().next_expiry()); },
     [self](ready_atom) -> caf::result<bool> {

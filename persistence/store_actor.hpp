@@ -92,6 +92,10 @@ using store_actor = caf::typed_actor<
   /// The delivery queue: up to `limit` queued records due at `now_ms`, and
   /// the earliest next attempt.
   caf::replies_to<due_atom, int64_t, uint32_t>::with<delivery_queue>,
+  /// Reads the paused routes, or pauses or resumes one at `now_ms` (the
+  /// sink stamps it) and answers the paused routes once that committed.
+  caf::replies_to<pause_atom, std::string, pause_op, int64_t>::with<
+    route_pauses>,
   /// Answers the counters.
   caf::replies_to<stats_atom>::with<store_stats>,
   /// Answers the number of stored records (a full count: not for hot

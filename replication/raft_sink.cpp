@@ -81,7 +81,8 @@ raft_sink::commit(std::vector<command>& batch,
   for (auto& cmd : batch) {
     if (cmd.type == command::kind::claim)
       cmd.claim.now_ms = t;
-    else if (cmd.type == command::kind::purge)
+    else if (cmd.type == command::kind::purge
+             || cmd.type == command::kind::pause)
       cmd.now_ms = t;
   }
   auto n = batch.size();

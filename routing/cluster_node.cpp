@@ -134,6 +134,10 @@ const char* refusal(const link::request& req, const std::vector<peer>& peers) {
     case link::op::transfer:
       return req.node == 0 || known(req.node) ? nullptr
                                               : "not a member of cluster.peers";
+    case link::op::pause:
+      if (req.pause == pause_op::read)
+        return nullptr;
+      return malformed_key(req.route, "-");
   }
   return "unknown request";
 }
@@ -326,6 +330,12 @@ void call_locally(const std::shared_ptr<cluster_context>& cx, uint16_t group,
         *cx->caller, local.store, kind, std::move(done),
         [](link::answer& a, uint64_t& v) { a.value = v; }, doubt_atom::value,
         req.node, req.before_ms);
+      return;
+    case op::pause:
+      ask_actor<route_pauses>(
+        *cx->caller, local.store, kind, std::move(done),
+        [](link::answer& a, route_pauses& v) { a.pauses = std::move(v); },
+        pause_atom::value, std::move(req.route), req.pause, req.now_ms);
       return;
     case op::add: {
       // Joins as a spare (no vote), is caught up by the leader while being

@@ -86,6 +86,12 @@ reply<record_page> reply_of(link::answer& ans) {
                                  : success(std::move(ans.page));
 }
 
+template <>
+reply<route_pauses> reply_of(link::answer& ans) {
+  return ans.error != errc::none ? failed_reply<route_pauses>(ans)
+                                 : success(std::move(ans.pauses));
+}
+
 // Membership changes: libraft's status (add, remove) or the new leader
 // (transfer).
 template <>
@@ -357,6 +363,50 @@ public:
                            st->done(success(
                              merge_pages(std::move(st->pages), limit)));
                          });
+  }
+
+  void pause(std::string route_name, pause_op op, int64_t now_ms,
+             std::function<void(reply<route_pauses>)> done) override {
+    link::request call;
+    call.kind = link::op::pause;
+    call.route = std::move(route_name);
+    call.pause = op;
+    call.now_ms = now_ms;
+    auto parts = cluster_->partitions;
+    if (op == pause_op::read || parts == 1) {
+      route<route_pauses>(cluster_, 0, std::move(call), deadline(),
+                          std::move(done));
+      return;
+    }
+    // Every partition's leader decides the claims of its keys: each must
+    // hold the pause before it is acknowledged. A failure leaves some
+    // partitions changed; the operator's retry (a pause or resume is
+    // idempotent) finishes it.
+    struct gather {
+      std::mutex mtx;
+      std::optional<reply<route_pauses>> first;
+      std::optional<reply<route_pauses>> failure;
+      std::size_t open = 0;
+      std::function<void(reply<route_pauses>)> done;
+    };
+    auto st = std::make_shared<gather>();
+    st->open = parts;
+    st->done = std::move(done);
+    auto until = deadline();
+    for (uint16_t g = 0; g < parts; ++g)
+      route<route_pauses>(cluster_, g, call, until,
+                          [st, g](reply<route_pauses> rep) {
+                            std::unique_lock<std::mutex> guard{st->mtx};
+                            if (!rep.ok && !st->failure)
+                              st->failure = std::move(rep);
+                            else if (rep.ok && g == 0)
+                              st->first = std::move(rep);
+                            if (--st->open > 0)
+                              return;
+                            guard.unlock();
+                            st->done(st->failure ? std::move(*st->failure)
+                                                 : std::move(*st->first));
+                          });
   }
 
   delivery_turn delivery() const override {

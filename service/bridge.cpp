@@ -64,6 +64,18 @@ void gather_metrics(caf::event_based_actor* self,
     st->result.complete = false;
     st->finish();
   };
+  // Every partition holds every pause: the first one's replica says them.
+  if (!nodes.empty()) {
+    ++st->open;
+    self->request(nodes.front().store, timeout, pause_atom::value,
+                  std::string{}, pause_op::read, int64_t{0})
+      .then(
+        [st](route_pauses& x) {
+          st->result.paused = std::move(x);
+          st->finish();
+        },
+        fail);
+  }
   for (auto& n : nodes) {
     st->open += n.registries.size() + 2;
     for (auto& shard : n.registries)

@@ -42,6 +42,12 @@ public:
                              limit);
   }
 
+  void pause(std::string route, pause_op op, int64_t now_ms,
+             std::function<void(reply<route_pauses>)> done) override {
+    caller_.ask<route_pauses>(node_.store, std::move(done), pause_atom::value,
+                              std::move(route), op, now_ms);
+  }
+
   delivery_turn delivery() const override {
     return {true, 0, 0};
   }

@@ -99,6 +99,8 @@ struct node_metrics {
   persistence::store_stats store;
   alarm_stats alarm;
   cluster_info cluster;
+  /// The paused routes (partition 0's state as this node applied it).
+  route_pauses paused;
 };
 
 /// What the HTTP side needs of the node. Implemented on top of the actors
@@ -155,6 +157,18 @@ public:
     reply<delivery_queue> res;
     res.error = errc::invalid_argument;
     res.detail = "this node does not deliver";
+    done(std::move(res));
+  }
+
+  /// Reads the paused routes (`pause_op::read`), or pauses or resumes
+  /// `route` at `now_ms` (in a cluster: in every partition, each through
+  /// its leader; answered once every partition committed it). The value is
+  /// the paused routes afterwards.
+  virtual void pause(std::string, pause_op, int64_t,
+                     std::function<void(reply<route_pauses>)> done) {
+    reply<route_pauses> res;
+    res.error = errc::invalid_argument;
+    res.detail = "this node cannot pause routes";
     done(std::move(res));
   }
 

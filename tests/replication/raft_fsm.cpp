@@ -180,6 +180,9 @@ std::string describe(const applied_entry& e) {
       case command::kind::doubt:
         out += std::to_string(r.doubted);
         break;
+      case command::kind::pause:
+        out += c.route + "," + std::to_string(r.pauses.size());
+        break;
     }
     out += ";";
   }
@@ -465,6 +468,14 @@ std::string check_history(const raft_cluster& c, model_stats& stats,
           auto& key = cmd.claim.key;
           auto i = model.find(key);
           auto held = i != model.end() && live(i->second, clock);
+          if (refused(res.claim.outcome)) {
+            // A guard or a pause writes nothing, and only instead of a
+            // new record.
+            if (held)
+              return at + "key " + key + " refused ("
+                     + to_string(res.claim.outcome) + ") while live";
+            break;
+          }
           if (grants(res.claim.outcome)) {
             auto same_attempt = held && cmd.claim.request_id != 0
                                 && i->second.request_id
@@ -554,6 +565,8 @@ std::string check_history(const raft_cluster& c, model_stats& stats,
                    + " records in doubt, the log has " + std::to_string(n);
           break;
         }
+        case command::kind::pause:
+          break; // no record changes
       }
     }
   }
