@@ -118,6 +118,12 @@ std::vector<request> sample_requests() {
   x.kind = op::transfer;
   x.node = 8;
   out.push_back(x);
+  x = request{};
+  x.kind = op::pause;
+  x.route = "orders";
+  x.pause = pause_op::resume;
+  x.now_ms = 1'700'000'000'000;
+  out.push_back(x);
   // A claim with every guard set (sent as `guarded_claim_op`).
   x = request{};
   x.kind = op::claim;
@@ -168,6 +174,10 @@ std::vector<answer> sample_answers() {
   x = answer{};
   x.kind = op::transfer;
   x.value = 2;
+  out.push_back(x);
+  x = answer{};
+  x.kind = op::pause;
+  x.pauses = {{"orders", 1'700'000'000'000}, {"tv", 5}};
   out.push_back(x);
   x = answer{};
   x.kind = op::update;
@@ -410,6 +420,26 @@ CAF_TEST(every request round trips with every field) {
   CAF_CHECK_EQUAL(back.update.deliver_by_ms, 1'700'000'900'000);
 }
 
+CAF_TEST(a pause answer holds at most max_pauses routes) {
+  codec::writer w;
+  w.u8(static_cast<uint8_t>(op::pause));
+  w.u8(static_cast<uint8_t>(errc::none));
+  w.u32(static_cast<uint32_t>(max_pauses + 1));
+  std::string why;
+  CAF_CHECK(!answer_ok(w.take(), &why));
+  CAF_CHECK_EQUAL(why, "pause count");
+  // A request to read is the one pause request without a route.
+  request read;
+  read.kind = op::pause;
+  request back;
+  CAF_REQUIRE(decode_request(encode_request(read), back, why));
+  CAF_CHECK(back.pause == pause_op::read);
+  auto bad = encode_request(read);
+  bad[5] = 3; // past `resume`
+  CAF_CHECK(!decode_request(bad, back, why));
+  CAF_CHECK_EQUAL(why, "pause");
+}
+
 CAF_TEST(a guarded claim travels as its own op byte and only with a guard) {
   auto guarded = sample_requests().back();
   auto bytes = encode_request(guarded);
@@ -550,7 +580,8 @@ CAF_TEST(enum values beyond the last are refused) {
   CAF_CHECK(request_ok(encode_request(list)));
   auto answers = sample_answers();
   auto ans = answers[0];
-  ans.claim.outcome = static_cast<decision>(6);
+  ans.claim.outcome = static_cast<decision>(
+    static_cast<uint8_t>(last_decision) + 1);
   CAF_CHECK(!answer_ok(encode_answer(ans), &why));
   CAF_CHECK_EQUAL(why, "decision");
   ans = answers[0];

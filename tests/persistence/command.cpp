@@ -410,6 +410,34 @@ CAF_TEST(guards travel in OGC5 entries only when a claim carries one) {
     CAF_CHECK(!decode_batch(g.substr(0, len)));
 }
 
+CAF_TEST(a pause travels in OGC5 and every replica holds it alike) {
+  std::vector<command> batch(2);
+  batch[0].type = command::kind::pause;
+  batch[0].route = "tv";
+  batch[0].pause = pause_op::pause;
+  batch[0].now_ms = 5000;
+  batch[1].claim = make_claim("k", 6000, "{}", 60'000, "tv");
+  auto entry = encode_batch(batch);
+  CAF_CHECK_EQUAL(entry.substr(0, 4), "OGC5");
+  auto back = decode_batch(entry);
+  CAF_REQUIRE(back);
+  CAF_CHECK((*back)[0].type == command::kind::pause);
+  CAF_CHECK_EQUAL((*back)[0].route, "tv");
+  CAF_CHECK((*back)[0].pause == pause_op::pause);
+  CAF_CHECK_EQUAL(encode_batch(*back), entry);
+  auto db = open();
+  auto res = apply_batch(*db, 1, *back);
+  CAF_REQUIRE(res);
+  CAF_REQUIRE_EQUAL((*res)[0].pauses.size(), 1u);
+  CAF_CHECK_EQUAL((*res)[0].pauses[0].since_ms, 5000);
+  CAF_CHECK_EQUAL((*res)[1].claim.outcome, decision::paused);
+  // A pause that does nothing is no entry's command.
+  auto bad = entry;
+  // magic, count, kind, "tv" as a length and 2 bytes: then the op.
+  bad[4 + 4 + 1 + 4 + 2] = static_cast<char>(pause_op::read);
+  CAF_CHECK(!decode_batch(bad));
+}
+
 CAF_TEST(a stale claim creates no record but a duplicate stays a duplicate) {
   auto db = open();
   std::vector<command> batch(1);
