@@ -254,6 +254,34 @@ class FaultSchedule:
     def do_upstream_up(self, ids, fault):
         return self.upstream_outage(False)
 
+    def do_pause(self, ids, fault):
+        return self.switch_route(ids, "pause")
+
+    def do_resume(self, ids, fault):
+        return self.switch_route(ids, "resume")
+
+    def switch_route(self, ids, action):
+        """Pauses or resumes the TradingView route through node ids[0]
+        (`oncegate routes pause`): acknowledged once every partition holds
+        it; a node that cannot tell yet (503) is asked again until
+        [expect] recovery."""
+        route = self.sc.get("traffic", "tradingview-route")
+        path = "/v1/routes/%s/%s" % (route, action)
+        t0 = time.monotonic()
+        answer = {}
+
+        def done():
+            status, body = self.cluster.post(ids[0], path)
+            answer["last"] = (status, body)
+            return status == 200
+        if not wait_until(done, self.sc.duration("expect", "recovery"), 0.1):
+            raise FaultFailed("%s of route %s through node %d not "
+                              "acknowledged: %r" % (action, route, ids[0],
+                                                    answer.get("last")))
+        return "route %s %s by node %d after %.2fs" % (
+            route, "paused" if action == "pause" else "resumed", ids[0],
+            time.monotonic() - t0)
+
     def do_wait_ready(self, ids, fault):
         t0 = time.monotonic()
         # Up nodes, and nodes down only until their due restart (one that

@@ -122,6 +122,9 @@ ACTIONS = {
     "upstream-down": ("upstream", True, False),
     "upstream-up": ("upstream", True, False),
     "wait-ready": ("all", False, False),
+    # The kill switch on the TradingView route, asked of one node.
+    "pause": ("random", False, False),
+    "resume": ("random", False, False),
 }
 
 
