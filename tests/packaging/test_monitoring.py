@@ -146,7 +146,8 @@ class RulesTest(unittest.TestCase):
                       "OncegateNoRaftLeader", "OncegateNodeDown",
                       "OncegateDecisionsUnavailable",
                       "OncegateInternalErrors",
-                      "OncegateDeliveryQueueBacklog"):
+                      "OncegateDeliveryQueueBacklog",
+                      "OncegateRoutePausedLong"):
             self.assertIn(alert, names)
 
     def test_every_metric_a_rule_names_is_exported(self):
