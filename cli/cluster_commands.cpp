@@ -18,8 +18,6 @@ namespace oncegate::cli {
 
 namespace {
 
-namespace json = boost::json;
-
 // Node ids as the API takes them: positive, at most 18 digits.
 std::optional<uint64_t> node_id(std::string_view text) {
   auto id = parse_number(text, 999'999'999'999'999'999);
@@ -28,55 +26,43 @@ std::optional<uint64_t> node_id(std::string_view text) {
   return id;
 }
 
-std::string member_text(const json::object& obj, std::string_view name) {
-  auto it = obj.find(name);
-  return it == obj.end() ? std::string{"-"} : cell(it->value());
-}
-
 exit_code run_status(command_context& ctx, const command_spec&,
                      const parsed_args&) {
   node_request req;
   req.target = "/v1/cluster";
-  auto got = call(ctx, req);
+  auto got = call_for_object(ctx, req, "the status");
   if (auto code = std::get_if<exit_code>(&got))
     return *code;
-  auto& ans = std::get<json_answer>(got);
-  if (ctx.json) {
-    print_json(ctx, ans.raw);
-    return exit_code::ok;
-  }
-  auto st = ans.doc.if_object();
-  if (!st)
-    return malformed_answer(ctx, "the status is not a JSON object");
+  auto st = std::get<json_answer>(got).doc.if_object();
   auto mode = st->if_contains("mode");
   if (mode && mode->is_string() && mode->get_string() == "single") {
     ctx.out << "mode  single (a node without a cluster: cluster.id is 0)\n";
     return exit_code::ok;
   }
-  auto leader = member_text(*st, "leader_id");
+  auto leader = member_cell(*st, "leader_id");
   std::string leader_line = leader;
   if (leader == "0") {
     leader_line = "none known";
   } else {
-    leader_line += " at " + member_text(*st, "leader_address");
+    leader_line += " at " + member_cell(*st, "leader_address");
     // `leader_ready` is the node's own: a follower always says false.
-    if (member_text(*st, "role") == "leader") {
+    if (member_cell(*st, "role") == "leader") {
       auto ready = st->if_contains("leader_ready");
       leader_line += ready && ready->is_bool() && ready->get_bool()
                        ? " (this node, ready)"
                        : " (this node, not ready yet)";
     }
   }
-  print_fields(ctx.out, {{"mode", member_text(*st, "mode")},
-                         {"id", member_text(*st, "id")},
-                         {"role", member_text(*st, "role")},
-                         {"term", member_text(*st, "term")},
+  print_fields(ctx.out, {{"mode", member_cell(*st, "mode")},
+                         {"id", member_cell(*st, "id")},
+                         {"role", member_cell(*st, "role")},
+                         {"term", member_cell(*st, "term")},
                          {"leader", leader_line},
-                         {"commit_index", member_text(*st, "commit_index")},
-                         {"applied_index", member_text(*st, "applied_index")},
-                         {"last_index", member_text(*st, "last_index")},
+                         {"commit_index", member_cell(*st, "commit_index")},
+                         {"applied_index", member_cell(*st, "applied_index")},
+                         {"last_index", member_cell(*st, "last_index")},
                          {"leader_changes",
-                          member_text(*st, "leader_changes")}});
+                          member_cell(*st, "leader_changes")}});
   auto members = st->if_contains("members");
   if (!members || !members->is_array())
     return malformed_answer(ctx, "no members list");
@@ -86,8 +72,8 @@ exit_code run_status(command_context& ctx, const command_spec&,
     auto obj = m.if_object();
     if (!obj)
       return malformed_answer(ctx, "a member is not a JSON object");
-    auto id = member_text(*obj, "id");
-    t.add({id, member_text(*obj, "address"), member_text(*obj, "role"),
+    auto id = member_cell(*obj, "id");
+    t.add({id, member_cell(*obj, "address"), member_cell(*obj, "role"),
            id == leader ? "*" : ""});
   }
   t.print(ctx.out);
@@ -101,9 +87,9 @@ exit_code run_status(command_context& ctx, const command_spec&,
       auto obj = p.if_object();
       if (!obj)
         return malformed_answer(ctx, "a partition is not a JSON object");
-      pt.add({member_text(*obj, "partition"), member_text(*obj, "leader_id"),
-              member_text(*obj, "role"), member_text(*obj, "term"),
-              member_text(*obj, "applied_index"), member_text(*obj, "lag")});
+      pt.add({member_cell(*obj, "partition"), member_cell(*obj, "leader_id"),
+              member_cell(*obj, "role"), member_cell(*obj, "term"),
+              member_cell(*obj, "applied_index"), member_cell(*obj, "lag")});
     }
     pt.print(ctx.out);
   }

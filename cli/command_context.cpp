@@ -108,6 +108,22 @@ void print_json(command_context& ctx, std::string_view raw) {
     ctx.out << '\n';
 }
 
+std::variant<json_answer, exit_code>
+call_for_object(command_context& ctx, const node_request& req,
+                std::string_view what) {
+  auto got = call(ctx, req);
+  if (std::holds_alternative<exit_code>(got))
+    return got;
+  auto& ans = std::get<json_answer>(got);
+  if (ctx.json) {
+    print_json(ctx, ans.raw);
+    return exit_code::ok;
+  }
+  if (!ans.doc.is_object())
+    return malformed_answer(ctx, std::string{what} + " is not a JSON object");
+  return got;
+}
+
 exit_code malformed_answer(command_context& ctx, std::string_view what) {
   ctx.err << "oncegate: unexpected answer from " << ctx.client.address().url()
           << ": " << what << '\n';

@@ -45,6 +45,14 @@ std::variant<json_answer, exit_code> call(command_context& ctx,
 /// Prints the node's JSON text as it came, with a newline.
 void print_json(command_context& ctx, std::string_view raw);
 
+/// `call` for a command that shows one JSON object: with `--json` the
+/// answer is printed as it came and `exit_code::ok` returned instead;
+/// an answer that is no object is reported (`what` names it) and
+/// `unavailable` returned. Otherwise the answer, whose `doc` is an object.
+std::variant<json_answer, exit_code>
+call_for_object(command_context& ctx, const node_request& req,
+                std::string_view what);
+
 /// Reports a malformed successful answer (a member missing or of the wrong
 /// type); returns `unavailable`.
 exit_code malformed_answer(command_context& ctx, std::string_view what);

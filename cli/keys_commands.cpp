@@ -80,17 +80,10 @@ std::string check_route_key(const parsed_args& args) {
 // Sends one request about a record and prints the record it answers with.
 exit_code record_change(command_context& ctx, const node_request& req,
                         std::string_view done_line) {
-  auto got = call(ctx, req);
+  auto got = call_for_object(ctx, req, "the record");
   if (auto code = std::get_if<exit_code>(&got))
     return *code;
-  auto& ans = std::get<json_answer>(got);
-  if (ctx.json) {
-    print_json(ctx, ans.raw);
-    return exit_code::ok;
-  }
-  auto rec = ans.doc.if_object();
-  if (!rec)
-    return malformed_answer(ctx, "the record is not a JSON object");
+  auto rec = std::get<json_answer>(got).doc.if_object();
   if (!done_line.empty())
     ctx.out << done_line << '\n';
   print_record(ctx, *rec);

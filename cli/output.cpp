@@ -135,6 +135,12 @@ std::string safe_text_cut(std::string_view text, std::size_t max_bytes) {
          + " bytes in all; --json shows them)";
 }
 
+std::string member_cell(const boost::json::object& obj,
+                        std::string_view name) {
+  auto it = obj.find(name);
+  return it == obj.end() ? std::string{"-"} : cell(it->value());
+}
+
 std::string cell(const boost::json::value& v) {
   if (auto s = v.if_string())
     return display(std::string_view{s->data(), s->size()});

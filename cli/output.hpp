@@ -35,6 +35,9 @@ std::string safe_text_cut(std::string_view text, std::size_t max_bytes);
 /// booleans as JSON, null as `-`, arrays and objects as compact JSON.
 std::string cell(const boost::json::value& v);
 
+/// Member `name` of `obj` as a cell; `-` when there is none.
+std::string member_cell(const boost::json::object& obj, std::string_view name);
+
 /// Columns aligned on the widest cell.
 class table {
 public:

@@ -6,15 +6,11 @@
 #include <string>
 #include <string_view>
 
-#include <boost/json/object.hpp>
-
 #include "cli/output.hpp"
 
 namespace oncegate::cli {
 
 namespace {
-
-namespace json = boost::json;
 
 // Route names as the node names them: a-z, 0-9, - and _, 1-64 bytes.
 bool route_name(std::string_view name) {
@@ -27,25 +23,15 @@ bool route_name(std::string_view name) {
   return true;
 }
 
-std::string field_text(const json::object& obj, std::string_view name) {
-  auto it = obj.find(name);
-  return it == obj.end() ? std::string{"-"} : cell(it->value());
-}
-
 exit_code run_status(command_context& ctx, const command_spec&,
                      const parsed_args&) {
   node_request req;
   req.target = "/v1/routes";
-  auto got = call(ctx, req);
+  auto got = call_for_object(ctx, req, "the list of routes");
   if (auto code = std::get_if<exit_code>(&got))
     return *code;
-  auto& ans = std::get<json_answer>(got);
-  if (ctx.json) {
-    print_json(ctx, ans.raw);
-    return exit_code::ok;
-  }
-  auto obj = ans.doc.if_object();
-  auto routes = obj ? obj->if_contains("routes") : nullptr;
+  auto routes = std::get<json_answer>(got).doc.get_object().if_contains(
+    "routes");
   if (!routes || !routes->is_array())
     return malformed_answer(ctx, "no routes list");
   table t{{"ROUTE", "PATH", "STATE", "SINCE"}};
@@ -55,9 +41,9 @@ exit_code run_status(command_context& ctx, const command_spec&,
       return malformed_answer(ctx, "a route is not a JSON object");
     auto paused = route->if_contains("paused");
     bool is_paused = paused && paused->is_bool() && paused->get_bool();
-    t.add({field_text(*route, "name"), field_text(*route, "path"),
+    t.add({member_cell(*route, "name"), member_cell(*route, "path"),
            is_paused ? "paused" : "open",
-           is_paused ? field_text(*route, "paused_since") : ""});
+           is_paused ? member_cell(*route, "paused_since") : ""});
   }
   t.print(ctx.out);
   return exit_code::ok;
@@ -72,20 +58,13 @@ exit_code switch_route(command_context& ctx, const command_spec& self,
   node_request req;
   req.method = "POST";
   req.target = "/v1/routes/" + name + "/" + std::string{action};
-  auto got = call(ctx, req);
+  auto got = call_for_object(ctx, req, "the route");
   if (auto code = std::get_if<exit_code>(&got))
     return *code;
-  auto& ans = std::get<json_answer>(got);
-  if (ctx.json) {
-    print_json(ctx, ans.raw);
-    return exit_code::ok;
-  }
-  auto obj = ans.doc.if_object();
-  if (!obj)
-    return malformed_answer(ctx, "the answer is not a JSON object");
+  auto obj = std::get<json_answer>(got).doc.if_object();
   if (action == "pause")
     ctx.out << "route " << name << " paused since "
-            << field_text(*obj, "paused_since")
+            << member_cell(*obj, "paused_since")
             << ": new signals get 503, queued ones are held\n";
   else
     ctx.out << "route " << name << " open\n";

@@ -216,6 +216,46 @@ void route(std::shared_ptr<const cluster_route> cr, uint16_t group,
   forward<T>(std::move(c));
 }
 
+// Asks `req` of every partition's leader; `done` gets the first failure,
+// or `combine` of the answers in partition order.
+template <class T>
+void route_to_every(std::shared_ptr<const cluster_route> cr,
+                    const link::request& req,
+                    std::chrono::steady_clock::time_point until,
+                    std::function<T(std::vector<T>)> combine,
+                    std::function<void(reply<T>)> done) {
+  struct gather {
+    std::mutex mtx;
+    std::vector<T> answers;
+    std::size_t open = 0;
+    std::optional<reply<T>> failure;
+    std::function<T(std::vector<T>)> combine;
+    std::function<void(reply<T>)> done;
+  };
+  auto parts = cr->partitions;
+  auto st = std::make_shared<gather>();
+  st->answers.resize(parts);
+  st->open = parts;
+  st->combine = std::move(combine);
+  st->done = std::move(done);
+  for (uint16_t g = 0; g < parts; ++g)
+    route<T>(cr, g, req, until, [st, g](reply<T> rep) {
+      std::unique_lock<std::mutex> guard{st->mtx};
+      if (!rep.ok && !st->failure)
+        st->failure = std::move(rep);
+      else if (rep.ok)
+        st->answers[g] = std::move(rep.value);
+      if (--st->open > 0)
+        return;
+      guard.unlock();
+      if (st->failure) {
+        st->done(std::move(*st->failure));
+        return;
+      }
+      st->done(success(st->combine(std::move(st->answers))));
+    });
+}
+
 // The partition of a key (the same on every node, `common/partition.hpp`).
 uint16_t partition(const cluster_route& cr, const std::string& route,
                    const std::string& key) {
@@ -334,35 +374,12 @@ public:
       return;
     }
     // Every partition's leader lists its keys; the pages merge here.
-    struct gather {
-      std::mutex mtx;
-      std::vector<record_page> pages;
-      std::size_t open = 0;
-      std::optional<reply<record_page>> failure;
-      std::function<void(reply<record_page>)> done;
-    };
-    auto st = std::make_shared<gather>();
-    st->open = parts;
-    st->done = std::move(done);
-    auto until = deadline();
-    for (uint16_t g = 0; g < parts; ++g)
-      route<record_page>(cluster_, g, call, until,
-                         [st, limit](reply<record_page> rep) {
-                           std::unique_lock<std::mutex> guard{st->mtx};
-                           if (!rep.ok && !st->failure)
-                             st->failure = std::move(rep);
-                           else if (rep.ok)
-                             st->pages.push_back(std::move(rep.value));
-                           if (--st->open > 0)
-                             return;
-                           guard.unlock();
-                           if (st->failure) {
-                             st->done(std::move(*st->failure));
-                             return;
-                           }
-                           st->done(success(
-                             merge_pages(std::move(st->pages), limit)));
-                         });
+    route_to_every<record_page>(
+      cluster_, call, deadline(),
+      [limit](std::vector<record_page> pages) {
+        return merge_pages(std::move(pages), limit);
+      },
+      std::move(done));
   }
 
   void pause(std::string route_name, pause_op op, int64_t now_ms,
@@ -382,31 +399,10 @@ public:
     // hold the pause before it is acknowledged. A failure leaves some
     // partitions changed; the operator's retry (a pause or resume is
     // idempotent) finishes it.
-    struct gather {
-      std::mutex mtx;
-      std::optional<reply<route_pauses>> first;
-      std::optional<reply<route_pauses>> failure;
-      std::size_t open = 0;
-      std::function<void(reply<route_pauses>)> done;
-    };
-    auto st = std::make_shared<gather>();
-    st->open = parts;
-    st->done = std::move(done);
-    auto until = deadline();
-    for (uint16_t g = 0; g < parts; ++g)
-      route<route_pauses>(cluster_, g, call, until,
-                          [st, g](reply<route_pauses> rep) {
-                            std::unique_lock<std::mutex> guard{st->mtx};
-                            if (!rep.ok && !st->failure)
-                              st->failure = std::move(rep);
-                            else if (rep.ok && g == 0)
-                              st->first = std::move(rep);
-                            if (--st->open > 0)
-                              return;
-                            guard.unlock();
-                            st->done(st->failure ? std::move(*st->failure)
-                                                 : std::move(*st->first));
-                          });
+    route_to_every<route_pauses>(
+      cluster_, call, deadline(),
+      [](std::vector<route_pauses> all) { return std::move(all.front()); },
+      std::move(done));
   }
 
   delivery_turn delivery() const override {
