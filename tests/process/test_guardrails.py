@@ -291,6 +291,17 @@ class GuardClusterTest(GuardMixin, OwnClusterCase):
                 self.assertEqual(codes, [429, 429], (k, codes))
         self.assertEqual(self.up.counts()["total"], 1 + expected)
 
+    def test_max_age_without_a_time_to_judge_is_refused(self):
+        ini = os.path.join(self.tmp.path, "text.ini")
+        with open(ini, "w") as f:
+            f.write('[route.tvtext]\nbody="text"\nmax-age=30s\n')
+        out = subprocess.run([BIN, "--check-config", ini],
+                             capture_output=True, timeout=30)
+        text = (out.stdout + out.stderr).decode()
+        self.assertEqual(out.returncode, 2, text)
+        self.assertIn("route.tvtext.max-age: a text route has no time to "
+                      "judge", text)
+
     def test_a_cap_below_the_partition_count_is_refused(self):
         self.cluster.cap = 4
         node = self.cluster.add(1, [1, 2, 3])
