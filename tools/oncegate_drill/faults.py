@@ -254,10 +254,10 @@ class FaultSchedule:
     def do_upstream_up(self, ids, fault):
         return self.upstream_outage(False)
 
-    def do_pause(self, ids, fault):
+    def do_pause_route(self, ids, fault):
         return self.switch_route(ids, "pause")
 
-    def do_resume(self, ids, fault):
+    def do_resume_route(self, ids, fault):
         return self.switch_route(ids, "resume")
 
     def switch_route(self, ids, action):

@@ -123,8 +123,8 @@ ACTIONS = {
     "upstream-up": ("upstream", True, False),
     "wait-ready": ("all", False, False),
     # The kill switch on the TradingView route, asked of one node.
-    "pause": ("random", False, False),
-    "resume": ("random", False, False),
+    "pause-route": ("random", False, False),
+    "resume-route": ("random", False, False),
 }
 
 
