@@ -109,7 +109,7 @@ std::string finish_guardrails(const guardrails& g, auth_mode auth, bool text,
   return {};
 }
 
-std::variant<judgement, rejection>
+judgement
 judge(const guardrails& g, auth_mode auth,
       std::optional<std::string_view> webhook_timestamp, const payload& body,
       int64_t now_ms) {
@@ -122,25 +122,31 @@ judge(const guardrails& g, auth_mode auth,
                            : auth == auth_mode::standard_webhooks
                              ? std::string{"webhook-timestamp"}
                              : std::string{"member \"timestamp\""};
-      return rejection{422, "missing-signal-time", "Missing signal time",
-                       "the route judges a signal's age by its " + source
-                         + " (epoch seconds or milliseconds, or ISO 8601): "
-                           "missing or unreadable"};
+      out.unjudged = rejection{
+        422, "missing-signal-time", "Missing signal time",
+        "the route judges a signal's age by its " + source
+          + " (epoch seconds or milliseconds, or ISO 8601): missing or "
+            "unreadable; not executed"};
+    } else {
+      out.age_ms = now_ms - *at;
     }
-    out.age_ms = now_ms - *at;
-    out.guards.stale = out.age_ms > g.max_age_ms
+    out.guards.stale = !at || out.age_ms > g.max_age_ms
                        || -out.age_ms > g.max_ahead_ms;
   }
   if (g.max_new_per_minute != 0) {
     out.guards.max_new_per_minute = g.max_new_per_minute;
     if (!g.cap_by.empty()) {
       auto value = trimmed_string(body, g.cap_by);
-      if (!value || value->size() > record_bounds::cap_scope)
-        return rejection{422, "missing-fields", "Missing cap member",
-                         "the route caps new signals per \"" + g.cap_by
-                           + "\": a string of 1-"
-                           + std::to_string(record_bounds::cap_scope)
-                           + " bytes"};
+      if (!value || value->size() > record_bounds::cap_scope) {
+        if (!out.unjudged)
+          out.unjudged = rejection{
+            422, "missing-fields", "Missing cap member",
+            "the route caps new signals per \"" + g.cap_by
+              + "\": a string of 1-" + std::to_string(record_bounds::cap_scope)
+              + " bytes; not executed"};
+        out.guards.stale = true;
+        return out;
+      }
       // One scope per symbol however it is spelt (as a derived key reads
       // it).
       for (auto c : *value)

@@ -66,15 +66,20 @@ struct judgement {
   /// Milliseconds since the signal's own time (negative: ahead of the
   /// clock); 0 on a route without `max-age`.
   int64_t age_ms = 0;
+  /// Set when the signal cannot be judged: its time (422
+  /// `missing-signal-time`) or its cap member (422 `missing-fields`) is
+  /// missing or unreadable. `guards.stale` is set too: the answer when the
+  /// store refuses the claim (a duplicate of a signal executed before the
+  /// route's guardrails were configured is still a duplicate).
+  std::optional<rejection> unjudged;
 };
 
 /// Judges a request of a route with guardrails `g` at `now_ms`:
 /// `webhook_timestamp` is the verified header of a standard-webhooks
-/// route. Refuses (422 `missing-signal-time`, `missing-fields`) a request
-/// whose time or cap member is missing or unreadable; a stale signal is no
-/// refusal here (only a claim that would create a record is refused, by
-/// the store), it is `guards.stale`.
-std::variant<judgement, rejection>
+/// route. Nothing is refused here: a signal that is stale, or cannot be
+/// judged, is `guards.stale`, and only a claim that would create a record
+/// is refused, by the store.
+judgement
 judge(const guardrails& g, auth_mode auth,
       std::optional<std::string_view> webhook_timestamp, const payload& body,
       int64_t now_ms);

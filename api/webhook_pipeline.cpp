@@ -224,9 +224,6 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
   // store only if it would create a record (a duplicate stays one).
   auto judged = judge(route.guards, route.auth, req.header("webhook-timestamp"),
                       body, now);
-  if (auto why = std::get_if<rejection>(&judged))
-    return reject({*why, outcome::bad_request}, key.value);
-  auto age_ms = std::get<judgement>(judged).age_ms;
   bool replay = route.on_duplicate == duplicate_policy::replay;
   // Duplicates of completed keys are answered here, on the HTTP thread,
   // from committed decisions; everything else asks the key's actor.
@@ -252,7 +249,7 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
   claim.fingerprint = std::move(body.fingerprint);
   claim.now_ms = now;
   claim.ttl_ms = route.ttl_ms;
-  claim.guards = std::move(std::get<judgement>(judged).guards);
+  claim.guards = std::move(judged.guards);
   // With an upstream the record is in flight until its outcome is stored;
   // without one, recording the signal is the execution.
   std::optional<forward_job> job;
@@ -290,7 +287,8 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
                          claim.signal);
   node_.claim(
     std::move(claim),
-    [this, idx, &route, replay, age_ms, done = std::move(done),
+    [this, idx, &route, replay, age_ms = judged.age_ms,
+     unjudged = std::move(judged.unjudged), done = std::move(done),
      key = std::move(key), conn = req.conn_id, rid = req.req_id, epoch,
      routing = std::move(routing),
      job = std::move(job),
@@ -340,8 +338,13 @@ void webhook_pipeline::run(const route_config& route, http_request& req,
           res = key_reused(key);
           break;
         case decision::stale:
-          metrics_.count(idx, outcome::stale);
-          res = stale_signal(route.guards, age_ms, key.value);
+          if (unjudged) {
+            metrics_.count(idx, outcome::bad_request);
+            res = make_problem(*unjudged, key.value);
+          } else {
+            metrics_.count(idx, outcome::stale);
+            res = stale_signal(route.guards, age_ms, key.value);
+          }
           break;
         case decision::rate_limited:
           metrics_.count(idx, outcome::rate_limited);

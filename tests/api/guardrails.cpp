@@ -24,15 +24,19 @@ judgement judged(const guardrails& g, const std::string& json,
                  auth_mode auth = auth_mode::none,
                  std::optional<std::string_view> header = std::nullopt) {
   auto res = judge(g, auth, header, body(json), now);
-  if (auto why = std::get_if<rejection>(&res))
-    CAF_FAIL("refused: " << why->type << ": " << why->detail);
-  return std::get<judgement>(res);
+  if (res.unjudged)
+    CAF_FAIL("unjudged: " << res.unjudged->type << ": "
+                          << res.unjudged->detail);
+  return res;
 }
 
+// A signal that cannot be judged: the store refuses it as stale, unless it
+// is a duplicate; this is the answer then.
 rejection refused(const guardrails& g, const std::string& json) {
   auto res = judge(g, auth_mode::none, std::nullopt, body(json), now);
-  CAF_REQUIRE(std::holds_alternative<rejection>(res));
-  return std::get<rejection>(res);
+  CAF_REQUIRE(res.unjudged);
+  CAF_CHECK(res.guards.stale);
+  return *res.unjudged;
 }
 
 } // namespace

@@ -5,8 +5,9 @@ minute`, `cap-by`).
 What must hold:
 - a signal older than the route's max-age (or ahead of the node's clock
   beyond max-ahead) is refused 422 stale-signal naming its age and the
-  limit, never forwarded, nothing stored, counted in /metrics; a signal
-  without a readable time is 422 missing-signal-time;
+  limit, never forwarded, nothing stored, counted in /metrics; a new
+  signal without a readable time is 422 missing-signal-time, but the
+  resend of one executed before max-age was configured is still 409;
 - a duplicate of a signal executed in time stays a duplicate (409) however
   late it comes, from the decision cache and from the store (after a
   restart): the node's clock is stepped an hour under libfaketime;
@@ -136,6 +137,33 @@ class StaleSignalTest(GuardMixin, UpstreamNodeCase, unittest.TestCase):
         self.assertEqual(status, 422, answer)
         self.assertEqual(problem_type(answer), "missing-signal-time")
         self.assertEqual(self.up.counts()["total"], 0)
+
+    def test_a_signal_executed_before_max_age_was_set_stays_a_duplicate(self):
+        # The route without max-age: a signal without any time executes.
+        with open(self.ini, "w") as f:
+            f.write(routes(self.up.url).replace("max-age=30s\n", ""))
+        self.assertEqual(self.node.stop(), 0)
+        self.node.start()
+        body = {"order": "old-1"}
+        hdrs = {"Idempotency-Key": "old-1"}
+        path = "/v1/webhook/tv?token=" + TOKEN
+        status, _, answer = self.node.request("POST", path, body, hdrs)
+        self.assertEqual(status, 200, answer)
+        # The operator sets max-age: its resend has no time to judge, and is
+        # still a duplicate (from the store: the restart emptied the caches);
+        # a new signal without a time is refused.
+        with open(self.ini, "w") as f:
+            f.write(routes(self.up.url))
+        self.assertEqual(self.node.stop(), 0)
+        self.node.start()
+        status, _, answer = self.node.request("POST", path, body, hdrs)
+        self.assertEqual(status, 409, answer)
+        status, _, answer = self.node.request(
+            "POST", path, {"order": "new-1"}, {"Idempotency-Key": "new-1"})
+        self.assertEqual(status, 422, answer)
+        self.assertEqual(problem_type(answer), "missing-signal-time")
+        self.assertEqual(self.up.executions("old-1"), 1)
+        self.assertEqual(self.up.executions("new-1"), 0)
 
     def test_a_fresh_signal_executes_once_and_its_resend_is_a_duplicate(
             self):
