@@ -152,15 +152,21 @@ def main(argv, here=TOOLS):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         drill.cleanup()
+    json_path = args.json
+    if json_path is None and drill.work_dir:
+        json_path = os.path.join(drill.work_dir, "report.json")
     if code == EXIT_PASS and drill.work_dir and not args.keep:
-        # Only the report stays: node data and logs prove nothing new.
+        # Only the report stays: node data and logs prove nothing new. A
+        # temp dir of ours whose report goes elsewhere goes entirely.
         for name in os.listdir(drill.work_dir):
             path = os.path.join(drill.work_dir, name)
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
-    json_path = args.json
-    if json_path is None and drill.work_dir:
-        json_path = os.path.join(drill.work_dir, "report.json")
+            elif os.path.abspath(path) != os.path.abspath(json_path):
+                os.remove(path)
+        if args.work_dir is None and args.json is not None \
+                and not os.listdir(drill.work_dir):
+            os.rmdir(drill.work_dir)
     if json_path:
         with open(json_path, "w") as f:
             json.dump(report, f, indent=2, default=str)
