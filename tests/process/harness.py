@@ -287,11 +287,18 @@ class UpstreamNodeCase:
         from test_upstream import TestUpstream
         self.up = TestUpstream().start()
         self.tmp = TempDir()
-        self.ini = os.path.join(self.tmp.path, "node.ini")
-        with open(self.ini, "w") as f:
-            f.write(self.config(self.up.url))
-        self.node = Node(self.tmp.path, "--config-file=" + self.ini,
-                         *self.node_args, **self.node_kwargs()).start()
+        try:
+            self.ini = os.path.join(self.tmp.path, "node.ini")
+            with open(self.ini, "w") as f:
+                f.write(self.config(self.up.url))
+            self.node = Node(self.tmp.path, "--config-file=" + self.ini,
+                             *self.node_args, **self.node_kwargs()).start()
+        except BaseException:
+            # unittest runs no tearDown after a failed setUp: what was made
+            # goes here (a node that did not start left its log in tmp).
+            self.up.stop()
+            self.tmp.cleanup()
+            raise
         self.n = 0
 
     def tearDown(self):
