@@ -194,8 +194,9 @@ std::optional<decision> decide(const holder* h, std::string_view fingerprint,
 /// in the decision, on apply, so every replica refuses alike. They only
 /// keep a claim from creating a record (`decide`'s `refusal`).
 struct claim_guards {
-  /// The signal's own time is older than the route's `max-age` or ahead
-  /// of the gateway's clock beyond its skew.
+  /// The claim may not create a record: the signal's own time is older
+  /// than the route's `max-age` or ahead of the gateway's clock beyond its
+  /// skew, or the signal cannot be judged (no time, no cap member).
   bool stale = false;
   /// The most new records this claim's route (and `cap_scope`) may create
   /// in its partition per minute of the store's clock (0: no cap).

@@ -90,66 +90,16 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
   };
   // A pause and the guards (common/record.hpp) may refuse a new record;
   // they never change any other answer.
-  auto& guards = req.guards;
-  std::optional<decision> refusal;
-  {
-    auto st = impl_->stmts[stmt_paused];
-    stmt_guard guard{st};
-    bind_text(st, 1, req.route);
-    switch (sqlite3_step(st)) {
-      case SQLITE_ROW:
-        refusal = decision::paused;
-        break;
-      case SQLITE_DONE:
-        break;
-      default:
-        return sqlite_error(db, "paused");
-    }
-  }
-  if (refusal) {
-    // Paused: no other guard matters.
-  } else if (guards.stale) {
-    refusal = decision::stale;
-  } else if (guards.max_new_per_minute != 0) {
-    auto st = impl_->stmts[stmt_count_grants];
-    stmt_guard guard{st};
-    bind_text(st, 1, req.route);
-    bind_text(st, 2, guards.cap_scope);
-    sqlite3_bind_int64(st, 3, now_ms - cap_window_ms);
-    if (sqlite3_step(st) != SQLITE_ROW)
-      return sqlite_error(db, "count grants");
-    if (sqlite3_column_int64(st, 0) >= guards.max_new_per_minute)
-      refusal = decision::rate_limited;
-  }
-  // A record created under a cap is counted for a minute; what no cap
-  // counts any more goes, a bounded chunk per grant.
-  auto count_grant = [&]() -> caf::error {
-    if (guards.max_new_per_minute == 0)
-      return caf::none;
-    {
-      auto st = impl_->stmts[stmt_trim_grants];
-      stmt_guard guard{st};
-      sqlite3_bind_int64(st, 1, now_ms - cap_window_ms);
-      sqlite3_bind_int64(st, 2, 64);
-      if (sqlite3_step(st) != SQLITE_DONE)
-        return sqlite_error(db, "trim grants");
-    }
-    auto st = impl_->stmts[stmt_insert_grant];
-    stmt_guard guard{st};
-    bind_text(st, 1, req.route);
-    bind_text(st, 2, guards.cap_scope);
-    sqlite3_bind_int64(st, 3, now_ms);
-    if (sqlite3_step(st) != SQLITE_DONE)
-      return sqlite_error(db, "insert grant");
-    return caf::none;
-  };
-  result.rec = make_record(req, now_ms);
-  if (!refusal) {
+  auto refusal = impl_->refusal_of(req, now_ms);
+  if (!refusal)
+    return std::move(refusal.error());
+  if (!*refusal) {
+    result.rec = make_record(req, now_ms);
     if (auto err = write(stmt_insert_new, "insert record"))
       return err;
     if (sqlite3_changes(db) == 1) {
       result.outcome = decision::accepted;
-      if (auto err = count_grant())
+      if (auto err = impl_->count_grant(req, now_ms))
         return err;
       return answer();
     }
@@ -177,7 +127,7 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
   // The one rule decides (common/record.hpp); the store writes when the
   // key is free: no record, or a dead one replaced.
   auto d = *decide(h ? &*h : nullptr, req.fingerprint, req.request_id,
-                   req.owner, now_ms, refusal);
+                   req.owner, now_ms, *refusal);
   result.outcome = d;
   if (refused(d)) {
     // Nothing written: the answer names the key only.
@@ -191,9 +141,63 @@ caf::expected<claim_result> sqlite_store::claim(const claim_request& req,
   result.rec = make_record(req, now_ms);
   if (auto err = write(stmt_upsert_record, "replace record"))
     return err;
-  if (auto err = count_grant())
+  if (auto err = impl_->count_grant(req, now_ms))
     return err;
   return answer();
+}
+
+caf::expected<std::optional<decision>>
+sqlite_store::impl::refusal_of(const claim_request& req, int64_t now_ms) {
+  {
+    auto st = stmts[stmt_paused];
+    stmt_guard guard{st};
+    bind_text(st, 1, req.route);
+    switch (sqlite3_step(st)) {
+      case SQLITE_ROW:
+        return std::optional<decision>{decision::paused};
+      case SQLITE_DONE:
+        break;
+      default:
+        return sqlite_error(db, "paused");
+    }
+  }
+  auto& guards = req.guards;
+  if (guards.stale)
+    return std::optional<decision>{decision::stale};
+  if (guards.max_new_per_minute == 0)
+    return std::optional<decision>{};
+  auto st = stmts[stmt_count_grants];
+  stmt_guard guard{st};
+  bind_text(st, 1, req.route);
+  bind_text(st, 2, guards.cap_scope);
+  sqlite3_bind_int64(st, 3, now_ms - cap_window_ms);
+  if (sqlite3_step(st) != SQLITE_ROW)
+    return sqlite_error(db, "count grants");
+  if (sqlite3_column_int64(st, 0) >= guards.max_new_per_minute)
+    return std::optional<decision>{decision::rate_limited};
+  return std::optional<decision>{};
+}
+
+caf::error sqlite_store::impl::count_grant(const claim_request& req,
+                                           int64_t now_ms) {
+  if (req.guards.max_new_per_minute == 0)
+    return caf::none;
+  {
+    auto st = stmts[stmt_trim_grants];
+    stmt_guard guard{st};
+    sqlite3_bind_int64(st, 1, now_ms - cap_window_ms);
+    sqlite3_bind_int64(st, 2, 64);
+    if (sqlite3_step(st) != SQLITE_DONE)
+      return sqlite_error(db, "trim grants");
+  }
+  auto st = stmts[stmt_insert_grant];
+  stmt_guard guard{st};
+  bind_text(st, 1, req.route);
+  bind_text(st, 2, req.guards.cap_scope);
+  sqlite3_bind_int64(st, 3, now_ms);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    return sqlite_error(db, "insert grant");
+  return caf::none;
 }
 
 caf::expected<update_result> sqlite_store::update(const record_update& upd,

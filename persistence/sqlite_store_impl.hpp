@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -165,6 +166,15 @@ struct sqlite_store::impl {
                             const std::string& key);
 
   caf::error exec(const char* sql);
+
+  // What refuses a new record of claim `req` at `now_ms`, if anything: a
+  // pause of its route, then its guards (stale, its cap reached).
+  caf::expected<std::optional<decision>> refusal_of(const claim_request& req,
+                                                    int64_t now_ms);
+
+  // Counts a record `req` created at `now_ms` under its route's cap (none:
+  // nothing), and drops a bounded chunk of what no cap counts any more.
+  caf::error count_grant(const claim_request& req, int64_t now_ms);
 
   // Steps a statement that returns no rows.
   caf::error step_done(detail::stmt_id id);

@@ -418,8 +418,6 @@ store_actor::behavior_type store_impl(store_pointer self,
         return answer(self->state.sink->reader().pauses());
       if (auto why = malformed_key(route, "-"))
         return make_error(errc::invalid_argument, why);
-      if (op != pause_op::pause && op != pause_op::resume)
-        return make_error(errc::invalid_argument, "pause op");
       command cmd;
       cmd.type = command::kind::pause;
       cmd.route = std::move(route);
