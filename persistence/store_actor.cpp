@@ -418,6 +418,21 @@ store_actor::behavior_type store_impl(store_pointer self,
         return answer(self->state.sink->reader().pauses());
       if (auto why = malformed_key(route, "-"))
         return make_error(errc::invalid_argument, why);
+      // A new pause beyond the bound would not be applied (every replica
+      // skips it): refused here, never answered as done.
+      if (op == pause_op::pause) {
+        auto paused = self->state.sink->reader().pauses();
+        if (!paused)
+          return std::move(paused.error());
+        auto known = std::any_of(paused->begin(), paused->end(),
+                                 [&](const route_pause& p) {
+                                   return p.route == route;
+                                 });
+        if (!known && paused->size() >= max_pauses)
+          return make_error(errc::invalid_argument,
+                            "at most " + std::to_string(max_pauses)
+                              + " routes are paused at once");
+      }
       command cmd;
       cmd.type = command::kind::pause;
       cmd.route = std::move(route);

@@ -494,4 +494,27 @@ CAF_TEST(outcomes are admitted whatever claims fill the queue) {
   }
 }
 
+CAF_TEST(a pause beyond max_pauses is refused not answered as done) {
+  for (size_t i = 0; i < max_pauses; ++i) {
+    auto r = ask<route_pauses>(sys, store, pause_atom::value,
+                               "r" + std::to_string(i), pause_op::pause,
+                               int64_t{1000});
+    sched.run();
+    CAF_REQUIRE(*r && **r);
+  }
+  // Pausing a paused route again is no new pause: fine at the bound.
+  auto again = ask<route_pauses>(sys, store, pause_atom::value,
+                                 std::string{"r7"}, pause_op::pause,
+                                 int64_t{2000});
+  auto over = ask<route_pauses>(sys, store, pause_atom::value,
+                                std::string{"one-more"}, pause_op::pause,
+                                int64_t{2000});
+  sched.run();
+  CAF_REQUIRE(*again && **again);
+  CAF_CHECK_EQUAL((***again).size(), max_pauses);
+  CAF_REQUIRE(*over);
+  CAF_REQUIRE(!**over);
+  CAF_CHECK_EQUAL(errc_of((**over).error()), errc::invalid_argument);
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
