@@ -8,11 +8,12 @@
 # election timeout 500 ms). wrk with new keys (bench/wrk/unique.lua),
 # WRK_SECONDS (default 6) each: one connection, then 50 (two threads); on
 # the cluster via the leader and via a follower. Prints one line per
-# measurement: p50, p99, req/s, for 50 connections the node's CPU (user +
-# system, from /proc) per request, on the cluster per node (leader /
-# receiving follower / other follower when a follower receives; leader /
-# followers otherwise), and the cluster's rate as a ratio of the same
-# binary's single node in the same round. Needs wrk. Everything it starts
+# measurement: p50, p99, req/s, for the single node and for 50 connections
+# the node's CPU (user + system, from /proc) per request, on the cluster per
+# node (leader / receiving follower / other follower when a follower
+# receives; leader / followers otherwise), and the cluster's rate as a ratio of the same
+# binary's single node in the same round (AB_SINGLE_ONLY=1: the single
+# node only). Needs wrk. Everything it starts
 # is stopped on exit; every wait is bounded.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,13 +53,14 @@ load() {
   RATE=$(sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p' "$D/wrk.out")
 }
 
-# Loads port $1 with 50 connections, printing CPU us per request of $2...
+# Loads port $1 with 50 connections (CONNS=1: one), setting CPU to the CPU
+# us per request of each of $2...
 loaded() {
   local port=$1
   shift
-  local before after per="" i=0
+  local before after per="" i=0 conns=${CONNS:-50}
   before=($(cpu_ticks "$@"))
-  load "$port" 50 2
+  load "$port" "$conns" $((conns > 1 ? 2 : 1))
   after=($(cpu_ticks "$@"))
   for p in "$@"; do
     per+="$(( (after[i] - before[i]) * 1000000 / HZ / N ))/"
@@ -75,12 +77,13 @@ for r in $(seq "$ROUNDS"); do
     [ "$tag" = oncegate ] && tag=$(basename "$(dirname "$(dirname "$(dirname "$BIN")")")")
     rm -rf "$D"/n* "$D/tls"
     start_node "$BIN" 1
-    load "$PORT" 1 1
-    echo "round $r [$tag] single c1: $LINE"
+    CONNS=1 loaded "$PORT" "${PIDS[0]}"
+    echo "round $r [$tag] single c1: $LINE cpu_us/req=$CPU"
     loaded "$PORT" "${PIDS[0]}"
     single=$RATE
     echo "round $r [$tag] single c50: $LINE cpu_us/req=$CPU"
     stop_all
+    [ -n "${AB_SINGLE_ONLY:-}" ] && continue
     rm -rf "$D"/n*
     start_cluster start_bin 'election-timeout=500ms'
     lport=$LPORT lid=$LID

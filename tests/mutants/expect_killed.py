@@ -42,8 +42,13 @@ def main(argv):
     with tempfile.TemporaryDirectory(prefix="oncegate-mutant-") as tmp:
         trace = os.path.join(tmp, "trace")
         env = dict(os.environ)
+        # A test that fails keeps its temp dir for reading (a drill does):
+        # here failing is the point, so its temp files live in ours and go
+        # with it.
+        keep = os.path.join(tmp, "tmp")
+        os.mkdir(keep)
         env.update(ONCEGATE_MUTANT=name, ONCEGATE_MUTANT_TRACE=trace,
-                   ONCEGATE_BIN=mutant)
+                   ONCEGATE_BIN=mutant, TMPDIR=keep)
         for a in assigns:
             k, v = a.split("=", 1)
             env[k] = subst(v)
