@@ -5,7 +5,6 @@
 #include <optional>
 #include <utility>
 
-#include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/local_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -104,17 +103,6 @@ std::optional<claim_result> decide_cached(const key_state& st,
                std::string{}, 0}};
 }
 
-// The sender of the request `rp` promises an answer to, for the store to
-// answer directly; empty when the request is not a plain one (forwarded
-// through stages, or no answer expected): then this actor answers.
-persistence::answer_to answer_to_sender(key_pointer self,
-                                        caf::response_promise& rp) {
-  if (!rp.pending() || !rp.stages().empty() || !rp.source()
-      || !rp.id().is_request())
-    return {};
-  return {rp.source(), rp.id(), caf::actor_cast<caf::strong_actor_ptr>(self)};
-}
-
 key_actor::behavior_type key_impl(key_pointer self,
                                   persistence::store_actor store,
                                   std::string route, std::string key,
@@ -133,23 +121,18 @@ key_actor::behavior_type key_impl(key_pointer self,
       // `await` keeps every later request of this key in the mailbox until
       // the store answered: one decision at a time per key.
       auto rp = self->make_response_promise<claim_result>();
-      // The store answers the sender itself, from the thread that saw the
-      // commit, and this actor after it; a failure comes here alone.
-      auto to = answer_to_sender(self, rp);
-      bool direct = to.dest != nullptr;
       // No timeout: a request timeout costs a clock entry per claim, and
       // the store always answers (or fails when it is gone); a stalled disk
       // is bounded for the sender by http.response-timeout.
       self->request(st.store, caf::infinite, claim_atom::value,
-                    std::move(req), std::move(to))
+                    std::move(req))
         .await(
-          [self, rp, direct](claim_result& res) mutable {
+          [self, rp](claim_result& res) mutable {
             stage_trace::mark("key.decided");
             // A guard's refusal wrote nothing: what was known stays known.
             if (!refused(res.outcome))
               remember(self->state, res.rec);
-            if (!direct)
-              rp.deliver(std::move(res));
+            rp.deliver(std::move(res));
           },
           [self, rp](caf::error& err) mutable {
             // Forget the cache so the next claim asks the store again.

@@ -15,7 +15,6 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
-#include <caf/mailbox_element.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -41,21 +40,6 @@ struct waiter {
   caf::typed_response_promise<purge_result> purge_rp;
   caf::typed_response_promise<uint64_t> doubt_rp;
   caf::typed_response_promise<route_pauses> pause_rp;
-  /// A claim's sender, answered from here before `claim_rp` (empty: none,
-  /// or answered already).
-  answer_to direct;
-
-  // Answers the claim's sender from this thread (a copy: `claim_rp` gets
-  // the answer too). Failures go to `claim_rp` alone, which relays them.
-  void answer_directly(const claim_result& res) {
-    if (!direct.dest)
-      return;
-    auto dest = std::move(direct.dest);
-    dest->enqueue(caf::make_mailbox_element(std::move(direct.from),
-                                            direct.mid.response_id(), {},
-                                            res),
-                  nullptr);
-  }
 
   void fail(const caf::error& err) {
     switch (type) {
@@ -147,11 +131,6 @@ struct store_state {
     stats.batch_size.observe(static_cast<double>(waiting.size()));
     stats.committed_ops += waiting.size();
     stats.max_batch = std::max<uint64_t>(stats.max_batch, waiting.size());
-    // The senders first: their answers are what a request waits for.
-    stage_trace::mark("store.answered", waiting.size());
-    for (size_t i = 0; i < waiting.size(); ++i)
-      if (waiting[i].type == command::kind::claim)
-        waiting[i].answer_directly((*out)[i].claim);
     for (size_t i = 0; i < waiting.size(); ++i) {
       auto& res = (*out)[i];
       auto& w = waiting[i];
@@ -273,11 +252,9 @@ void flush(store_pointer self) {
     // delivers once).
     if (ONCEGATE_MUTANT("answer-before-majority"))
       for (size_t k = 0; k < batch.size(); ++k)
-        if (batch[k].type == command::kind::claim) {
-          auto res = provisional(st.sink->reader(), batch[k].claim);
-          waiting[k].answer_directly(res);
-          waiting[k].claim_rp.deliver(std::move(res));
-        }
+        if (batch[k].type == command::kind::claim)
+          waiting[k].claim_rp.deliver(
+            provisional(st.sink->reader(), batch[k].claim));
 #endif
     st.in_flight.emplace(seq, in_flight_batch{std::move(waiting), started});
   }
@@ -329,12 +306,8 @@ void enqueue(store_pointer self, command&& cmd, waiter&& w) {
 // mutant.hpp): decides from what is committed so far and answers at once;
 // the write commits later (100 ms later, or on the next flush like any
 // write: then only the fsync window separates the answer from the commit).
-claim_result unsafe_claim(store_pointer self, claim_request&& req,
-                          answer_to&& to) {
+claim_result unsafe_claim(store_pointer self, claim_request&& req) {
   auto res = provisional(self->state.sink->reader(), req);
-  waiter w;
-  w.direct = std::move(to);
-  w.answer_directly(res);
   command cmd;
   cmd.type = command::kind::claim;
   cmd.claim = std::move(req);
@@ -342,28 +315,6 @@ claim_result unsafe_claim(store_pointer self, claim_request&& req,
   return res;
 }
 #endif
-
-// Queues a claim, answered to `to` (if any) and to its requester once
-// committed.
-caf::result<claim_result> queue_claim(store_pointer self, claim_request&& req,
-                                      answer_to&& to) {
-  stage_trace::mark("store.claim");
-  if (auto why = malformed(req))
-    return make_error(errc::invalid_argument, why);
-#ifdef ONCEGATE_MUTANTS
-  if (ONCEGATE_MUTANT("ack-before-commit") || ONCEGATE_MUTANT("quiet-ack"))
-    return unsafe_claim(self, std::move(req), std::move(to));
-#endif
-  command cmd;
-  cmd.type = command::kind::claim;
-  cmd.claim = std::move(req);
-  waiter w;
-  w.claim_rp = self->make_response_promise<claim_result>();
-  w.direct = std::move(to);
-  auto rp = w.claim_rp;
-  enqueue(self, std::move(cmd), std::move(w));
-  return rp;
-}
 
 // Queues a write whose answer `rp` (of `waiter` member `slot`) promises.
 template <class T>
@@ -407,11 +358,18 @@ store_actor::behavior_type store_impl(store_pointer self,
   return {
     // Nothing malformed joins a batch: one bad command must not fail the
     // others of its batch, on this node or on any replica.
-    [self](claim_atom, claim_request& req) {
-      return queue_claim(self, std::move(req), answer_to{});
-    },
-    [self](claim_atom, claim_request& req, answer_to& to) {
-      return queue_claim(self, std::move(req), std::move(to));
+    [self](claim_atom, claim_request& req) -> caf::result<claim_result> {
+      stage_trace::mark("store.claim");
+      if (auto why = malformed(req))
+        return make_error(errc::invalid_argument, why);
+#ifdef ONCEGATE_MUTANTS
+      if (ONCEGATE_MUTANT("ack-before-commit") || ONCEGATE_MUTANT("quiet-ack"))
+        return unsafe_claim(self, std::move(req));
+#endif
+      command cmd;
+      cmd.type = command::kind::claim;
+      cmd.claim = std::move(req);
+      return enqueue_for(self, std::move(cmd), &waiter::claim_rp);
     },
     [self](update_atom, record_update& upd) -> caf::result<update_result> {
       if (auto why = malformed(upd))

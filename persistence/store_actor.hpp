@@ -5,10 +5,8 @@
 #include <string>
 #include <vector>
 
-#include <caf/actor_control_block.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/fwd.hpp>
-#include <caf/message_id.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
@@ -54,23 +52,9 @@ struct commit_outcome {
   batch_outcome results{std::vector<command_result>{}};
 };
 
-/// Whom a claim's committed answer goes to first: the sender of the request
-/// a key actor passes on (its address and request id, as a response promise
-/// holds them). The store's thread, which saw the commit complete, answers
-/// it there; the key actor that asked still gets the answer (it caches it,
-/// and holds its key's next request until then) and relays failures, which
-/// go to it alone. Never crosses a process.
-struct answer_to {
-  caf::strong_actor_ptr dest;
-  caf::message_id mid;
-  /// The key actor, as the answer's sender.
-  caf::strong_actor_ptr from;
-};
-
 } // namespace oncegate::persistence
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(oncegate::persistence::commit_outcome)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(oncegate::persistence::answer_to)
 
 namespace oncegate::persistence {
 
@@ -86,9 +70,6 @@ namespace oncegate::persistence {
 using store_actor = caf::typed_actor<
   /// Decides and persists a claim; see `sqlite_store::claim`.
   caf::replies_to<claim_atom, claim_request>::with<claim_result>,
-  /// The same, answered to `answer_to` from the thread that saw the commit
-  /// (a key actor's claims).
-  caf::replies_to<claim_atom, claim_request, answer_to>::with<claim_result>,
   /// Changes a record's state; answered after the change committed.
   caf::replies_to<update_atom, record_update>::with<update_result>,
   /// Lists committed records of a route in one state, after a key.

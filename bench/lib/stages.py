@@ -80,10 +80,6 @@ def table(receiver, files):
               + (["local.answer@l", "link.send:6@l", "link.recv:6@r"]
                  if forwarded else [])
               + ["http.done@r", "http.answer@r", "http.written@r"])
-    # Builds whose store answers the sender itself (store.answered) reach
-    # the HTTP thread without the key actor's turn.
-    if any(e[3] == "store.answered" for e in evs):
-        stages[stages.index("key.decided@l")] = "store.answered@l"
     if leader == receiver and not proposers:  # a single node: no Raft
         stages = [s for s in stages
                   if s.split("@")[0] not in ("sink.propose", "raft.apply",

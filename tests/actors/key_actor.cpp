@@ -155,35 +155,6 @@ CAF_TEST(a claim routed before the sweep keeps the actor alive) {
   CAF_CHECK_EQUAL(registry().passivated, 1u);
 }
 
-CAF_TEST(a new key is answered by the store as it commits and its key actor holds the next claim until it hears) {
-  // Key actors are the jobs named "oncegate.key"; everything else runs.
-  auto not_key_actor = [](caf::resumable* x) {
-    auto a = dynamic_cast<caf::local_actor*>(x);
-    return a == nullptr || std::string{a->name()} != "oncegate.key";
-  };
-  auto store_job = dynamic_cast<caf::resumable*>(
-    caf::actor_cast<caf::abstract_actor*>(n.store));
-  CAF_REQUIRE(store_job != nullptr);
-  auto first = send_claim(make_claim("k1", 1000));
-  // Client, registry, key actor: the claim waits at the store.
-  sched.run_jobs_filtered([=](caf::resumable* x) { return x != store_job; });
-  CAF_REQUIRE(!*first);
-  // The store commits and answers the sender itself: no turn of the key
-  // actor (whose copy of the answer waits in its mailbox) on the way.
-  sched.run_jobs_filtered(not_key_actor);
-  CAF_REQUIRE(*first && **first);
-  CAF_CHECK_EQUAL((**first)->outcome, decision::accepted);
-  // The key stays serialised: its next claim waits in the key actor until
-  // it took the store's answer, and is then a duplicate from its cache.
-  auto second = send_claim(make_claim("k1", 1001));
-  sched.run_jobs_filtered(not_key_actor);
-  CAF_CHECK(!*second);
-  sched.run();
-  CAF_REQUIRE(*second && **second);
-  CAF_CHECK_EQUAL((**second)->outcome, decision::duplicate);
-  CAF_CHECK_EQUAL(records(), 1u);
-}
-
 CAF_TEST(an in flight claim is completed through its key actor) {
   auto req = make_claim("k1", 1000, "{}");
   req.initial_state = record_state::in_flight;
