@@ -113,7 +113,7 @@ gateway_metrics::gateway_metrics(std::vector<std::string> route_names)
     counts_(new std::atomic<uint64_t>[routes_.size() * outcome_count]),
     upstream_(new std::atomic<uint64_t>[routes_.size() * 3]),
     reconcile_skipped_(new std::atomic<uint64_t>[routes_.size()]),
-    bounds_(histogram::latency_bounds()),
+    bounds_(histogram::request_bounds()),
     buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
   for (size_t i = 0; i < routes_.size() * outcome_count; ++i)
     counts_[i] = 0;

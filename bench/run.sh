@@ -403,6 +403,19 @@ emit_proc() {
   log "  $1/$2: $(pkv cpu_us_per_req) us CPU and $(pkv ctx_per_req) context switches per request ($(pkv tasks) threads)"
 }
 
+# emit_node_hist SCENARIO SYSTEM PREFIX: the node's own p50/p90/p99 of the
+# requests between the histogram snapshots PREFIX.0 and PREFIX.1.
+emit_node_hist() {
+  local out m
+  out=$(py hist-delta "$3.0" "$3.1") || die "hist-delta $3 failed"
+  echo "$SCOPE node_hist $1 $out" >>"$RAW"
+  for m in p50_us p90_us p99_us; do
+    emit "$1" "$2" "node_$m" "$(sed -nE "s/(^|.* )$m=([^ ]*).*/\2/p" <<<"$out")" us
+  done
+  emit "$1" "$2" node_count "$(sed -nE 's/(^|.* )count=([^ ]*).*/\2/p' <<<"$out")" count
+  log "  $1/$2 in the node's histogram: $out"
+}
+
 # run_wrk_proc PID LABEL EXPECT THREADS CONNS SECONDS SCRIPT PORT [VAR=VALUE...]:
 #   run_wrk with the server process PID sampled around it (PROC_RESULT).
 run_wrk_proc() {
@@ -435,9 +448,16 @@ sc_core() {
   emit idle oncegate cpu_pct "$(awk -v c="$(pkv cpu_us)" -v s="$IDLE_SECS" 'BEGIN { printf "%.3f", c / (s * 1e4) }')" "%"
   emit idle oncegate ctx_per_s "$(awk -v c="$(pkv ctx)" -v s="$IDLE_SECS" 'BEGIN { printf "%.1f", c / s }')" count
   log "  idle ${IDLE_SECS}s: $(csv_value idle oncegate cpu_pct) % of one core"
+  # The node's own view of the same requests: its request-duration
+  # histogram before and after (#31 asks for both).
+  py hist-sample "$NODE_PORT" oncegate_request_duration_seconds \
+    >"$LOGS/hist-unloaded.0" || die "no request histogram on /metrics"
   run_wrk_proc "$NODE_PID" unloaded 200 1 1 "$SECS" unique.lua "$NODE_PORT"
+  py hist-sample "$NODE_PORT" oncegate_request_duration_seconds \
+    >"$LOGS/hist-unloaded.1" || die "no request histogram on /metrics"
   emit_wrk unloaded oncegate
   emit_proc unloaded oncegate
+  emit_node_hist unloaded oncegate "$LOGS/hist-unloaded"
   run_wrk_proc "$NODE_PID" unique 200 "$THREADS" "$CONNS" "$SECS" unique.lua "$NODE_PORT"
   emit_wrk unique_c50 oncegate
   emit_proc unique_c50 oncegate

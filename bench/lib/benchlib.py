@@ -37,6 +37,14 @@
       nonvol, tasks (threads at the end), tasks_exited (threads of START
       gone at END: their switches after START are lost, so ctx is then a
       lower bound), procs, cpu_us_per_req and ctx_per_req (/ REQUESTS)
+  benchlib.py hist-sample PORT NAME
+      one JSON line: the cumulative bucket counts of histogram NAME on
+      /metrics ({"le": count}, "+Inf" included)
+  benchlib.py hist-delta START END
+      the observations between two hist-sample snapshots, as key=value
+      words: count, p50_us, p90_us, p99_us (linear inside a bucket, as
+      Prometheus' histogram_quantile; a quantile in the +Inf bucket is
+      the highest finite bound)
 
 Every wait is bounded; every process started here is reaped here. Free
 ports and what makes a ready leader or a settled cluster are the drill's
@@ -336,6 +344,54 @@ def redis_csv(path):
     return 1
 
 
+def hist_sample(port, name):
+    prefix = name + "_bucket{le=\""
+    buckets = {}
+    for line in scrape(port).splitlines():
+        if line.startswith(prefix):
+            le, _, rest = line[len(prefix):].partition("\"}")
+            buckets[le] = float(rest.split()[0])
+    if "+Inf" not in buckets:
+        sys.stderr.write("no histogram %s on port %s\n" % (name, port))
+        return 1
+    print(json.dumps(buckets))
+    return 0
+
+
+def quantile(q, bounds):
+    """q-quantile of cumulative [(upper bound, count)] sorted by bound, the
+    last bound inf; linear inside the bucket it falls in."""
+    total = bounds[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for upper, cum in bounds:
+        if cum >= rank:
+            if upper == float("inf"):
+                return lower
+            if cum == below:
+                return upper
+            return lower + (upper - lower) * (rank - below) / (cum - below)
+        lower, below = upper, cum
+    return lower
+
+
+def hist_delta(start_file, end_file):
+    with open(start_file) as f:
+        a = json.loads(f.read())
+    with open(end_file) as f:
+        b = json.loads(f.read())
+    bounds = sorted((float(le), cum - a.get(le, 0.0)) for le, cum in b.items())
+    words = ["count=%d" % bounds[-1][1]]
+    for q in (0.5, 0.9, 0.99):
+        v = quantile(q, bounds)
+        words.append("p%d_us=%s" % (round(q * 100),
+                                    "" if v is None else "%.0f" % (v * 1e6)))
+    print(" ".join(words))
+    return 0
+
+
 def main(argv):
     if len(argv) < 2:
         sys.stderr.write(__doc__)
@@ -361,6 +417,10 @@ def main(argv):
         return proc_sample(args)
     if cmd == "proc-delta":
         return proc_delta(*args)
+    if cmd == "hist-sample":
+        return hist_sample(*args)
+    if cmd == "hist-delta":
+        return hist_delta(*args)
     if cmd == "sqlite-count":
         sqlite_count(args[0], args[1:])
         return 0

@@ -286,6 +286,16 @@ TARGETS = [
      "Unloaded unique p99 <= bare commit p99 + 500 us", "us", "le",
      _floor_p99_target, _get("unloaded", "oncegate", "p99_us"), _floor_note,
      0),
+    # The same two bounds in the node's own request histogram (the
+    # client's view above adds wrk's wake-ups on the same cores).
+    ("unloaded_node_p50_vs_floor",
+     "Unloaded unique p50, the node's histogram <= bare commit p50 + 150 us",
+     "us", "le", _floor_target, _get("unloaded", "oncegate", "node_p50_us"),
+     _floor_note, 0),
+    ("unloaded_node_p99_vs_floor",
+     "Unloaded unique p99, the node's histogram <= bare commit p99 + 500 us",
+     "us", "le", _floor_p99_target,
+     _get("unloaded", "oncegate", "node_p99_us"), _floor_note, 0),
     ("cpu_c1_vs_c50",
      "CPU per request: 1 connection / 50 connections", "x", "le",
      _const(2), _ratio(("unloaded", "oncegate", "cpu_us_per_req"),

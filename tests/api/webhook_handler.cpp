@@ -358,9 +358,9 @@ CAF_TEST(floats in metrics are printed in the shortest form that reads back) {
   node.store.commit_seconds.observe(0.2);
   node.store.batch_size.observe(3);
   auto text = m.render(node);
-  for (auto bound : {"5e-05", "0.0001", "0.00025", "0.0005", "0.001",
-                     "0.0025", "0.1",
-                     "0.25", "1", "2.5", "10"}) {
+  for (auto bound : {"5e-05", "0.0001", "0.00015", "0.00025", "0.0005",
+                     "0.00075", "0.001", "0.00125", "0.0025", "0.1", "0.25",
+                     "1", "2.5", "10"}) {
     CAF_MESSAGE("bound " << bound);
     CAF_CHECK(contains(text, std::string{"oncegate_request_duration_seconds_"
                                          "bucket{le=\""}
@@ -372,7 +372,7 @@ CAF_TEST(floats in metrics are printed in the shortest form that reads back) {
   CAF_CHECK(contains(text, "oncegate_store_batch_size_sum 3\n"));
   CAF_CHECK(contains(text, "oncegate_store_batch_size_bucket{le=\"1024\"} 1\n"));
   // Every bound reads back as the bound it stands for.
-  auto bounds = histogram::latency_bounds();
+  auto bounds = histogram::request_bounds();
   size_t at = 0;
   size_t seen = 0;
   std::string_view le = "oncegate_request_duration_seconds_bucket{le=\"";
