@@ -11,10 +11,10 @@
 # measurement: p50, p99, req/s, for the single node and for 50 connections
 # the node's CPU (user + system, from /proc) per request, on the cluster per
 # node (leader / receiving follower / other follower when a follower
-# receives; leader / followers otherwise), and the cluster's rate as a ratio of the same
-# binary's single node in the same round (AB_SINGLE_ONLY=1: the single
-# node only). Needs wrk. Everything it starts
-# is stopped on exit; every wait is bounded.
+# receives; leader / followers otherwise), and the cluster's rate as a
+# ratio of the same binary's single node in the same round
+# (AB_SINGLE_ONLY=1: the single node only). Needs wrk. Everything it
+# starts is stopped on exit; every wait is bounded.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LIB=$ROOT/bench/lib

@@ -369,7 +369,9 @@ proc_end() {
     || die "proc-delta failed"
   echo "$SCOPE proc pids=${PROC_PIDS[*]} requests=$1 $PROC_RESULT" >>"$RAW"
 }
-pkv() { sed -nE "s/(^|.* )$1=([^ ]*).*/\2/p" <<<"$PROC_RESULT"; }
+# word KEY TEXT: the value of KEY=VALUE among TEXT's words.
+word() { sed -nE "s/(^|.* )$1=([^ ]*).*/\2/p" <<<"$2"; }
+pkv() { word "$1" "$PROC_RESULT"; }
 
 # side_begin NAME PID... / side_end NAME REQUESTS: CPU of other processes
 # (an upstream, a cluster's nodes) over the same run as proc_begin/end's;
@@ -410,9 +412,9 @@ emit_node_hist() {
   out=$(py hist-delta "$3.0" "$3.1") || die "hist-delta $3 failed"
   echo "$SCOPE node_hist $1 $out" >>"$RAW"
   for m in p50_us p90_us p99_us; do
-    emit "$1" "$2" "node_$m" "$(sed -nE "s/(^|.* )$m=([^ ]*).*/\2/p" <<<"$out")" us
+    emit "$1" "$2" "node_$m" "$(word "$m" "$out")" us
   done
-  emit "$1" "$2" node_count "$(sed -nE 's/(^|.* )count=([^ ]*).*/\2/p' <<<"$out")" count
+  emit "$1" "$2" node_count "$(word count "$out")" count
   log "  $1/$2 in the node's histogram: $out"
 }
 

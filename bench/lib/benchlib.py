@@ -370,8 +370,7 @@ def quantile(q, bounds):
         if cum >= rank:
             if upper == float("inf"):
                 return lower
-            if cum == below:
-                return upper
+            # cum > below here: rank > 0 and every earlier bucket was short
             return lower + (upper - lower) * (rank - below) / (cum - below)
         lower, below = upper, cum
     return lower
