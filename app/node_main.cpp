@@ -27,6 +27,7 @@
 #include "routing/cluster_node.hpp"
 #include "common/clock_offset.hpp"
 #include "common/errc.hpp"
+#include "common/inline_execution.hpp"
 #include "common/logging.hpp"
 #include "persistence/wal_check.hpp"
 #include "routing/routed_service.hpp"
@@ -606,6 +607,12 @@ int run_node(int argc, char** argv, const run_options& ro) {
     for (auto& r : web->routes.routes)
       if (r.upstream)
         hopts.fd_reserve += r.upstream->max_connections;
+    // The HTTP threads run the actors their requests wake from their own
+    // loop, where the service lets them (common/inline_execution.hpp).
+    hopts.on_loop_start = [&sys](inline_exec::deferrer defer) {
+      inline_exec::run_woken_actors_here(sys, std::move(defer));
+    };
+    hopts.on_loop_end = [] { inline_exec::stop_running_here(); };
     webhook_handler handler{std::move(*web), *service, clock, wall_clock_ms};
     caches->attach(&handler);
     auto server = http_server::listen(hopts, handler, error);

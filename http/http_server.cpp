@@ -185,8 +185,13 @@ void http_server::impl::fit_fd_limit() {
 // should: requests catch theirs) is counted and the loop goes on, rather
 // than ending the process and every request in it.
 void http_server::impl::serve() {
+  if (opts.on_loop_start)
+    opts.on_loop_start(
+      [this](std::function<void()> fn) { net::post(ioc, std::move(fn)); });
   while (!detail::run_guarded(0, 0, "event_loop", [this] { ioc.run(); }))
     continue;
+  if (opts.on_loop_end)
+    opts.on_loop_end();
 }
 
 void http_server::impl::session_closed(uint64_t id) {

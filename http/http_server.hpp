@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,14 @@ struct http_server_options {
   /// From accept to the end of the TLS handshake; beyond: closed. The
   /// handshake counts against `max_connections` like any connection.
   std::chrono::milliseconds tls_handshake_timeout{5000};
+  /// Called on each event-loop thread before it serves, with a way to queue
+  /// work on the loop (it runs after the handler running now returns, on
+  /// one of the loop's threads); `on_loop_end` on the same thread once its
+  /// loop stopped. The node runs the actors its requests wake this way
+  /// (common/inline_execution.hpp). Empty: nothing.
+  std::function<void(std::function<void(std::function<void()>)>)>
+    on_loop_start;
+  std::function<void()> on_loop_end;
 };
 
 /// An asynchronous HTTP/1.1 server (Boost.Beast). It never blocks its

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -20,6 +21,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "common/errc.hpp"
+#include "common/inline_execution.hpp"
 #include "common/logging.hpp"
 #include "common/stage_trace.hpp"
 #include "persistence/command.hpp"
@@ -87,6 +89,8 @@ struct store_state {
   /// When the last readiness probe was sent.
   clock_type::time_point last_probe{};
   store_stats stats;
+  /// Runs the key actor a batch of one wakes (`opts.answer_here`).
+  std::unique_ptr<inline_exec::collecting_unit> here;
 
   static inline const char* name = "oncegate.store";
 
@@ -192,6 +196,24 @@ struct store_state {
 
 using store_pointer = store_actor::stateful_pointer<store_state>;
 
+// Answers the commands of one batch; one of a single command, with
+// `answer_here`, from this thread (see store_actor_options).
+void settle(store_pointer self, std::vector<waiter>& waiting,
+            batch_outcome& out, clock_type::time_point started) {
+  auto& st = self->state;
+  if (!st.opts.answer_here || waiting.size() != 1) {
+    st.settle(waiting, out, started);
+    return;
+  }
+  if (!st.here)
+    st.here = std::make_unique<inline_exec::collecting_unit>(self->system());
+  auto ctx = self->context();
+  self->context(st.here.get());
+  st.settle(waiting, out, started);
+  self->context(ctx);
+  st.here->run();
+}
+
 #ifdef ONCEGATE_MUTANTS
 // A claim decided from what is committed so far, not from its own commit:
 // what the mutants below answer early (not compiled into the product).
@@ -242,7 +264,7 @@ void flush(store_pointer self) {
       caf::anon_send(hdl, commit_outcome{seq, std::move(res)});
     });
     if (out) {
-      st.settle(waiting, *out, started);
+      settle(self, waiting, *out, started);
       return;
     }
 #ifdef ONCEGATE_MUTANTS
@@ -496,7 +518,7 @@ store_actor::behavior_type store_impl(store_pointer self,
         return;
       auto batch = std::move(i->second);
       st.in_flight.erase(i);
-      st.settle(batch.waiting, out.results, batch.started);
+      settle(self, batch.waiting, out.results, batch.started);
       // A slot is free: what waited for it goes now.
       flush(self);
     },
@@ -508,6 +530,7 @@ store_actor::behavior_type store_impl(store_pointer self,
 store_actor spawn_store(caf::actor_system& sys,
                         std::shared_ptr<commit_sink> sink,
                         store_actor_options opts, bool detached) {
+  opts.answer_here = opts.answer_here || detached;
   if (detached)
     return sys.spawn<caf::detached>(store_impl, std::move(sink), opts);
   return sys.spawn(store_impl, std::move(sink), opts);

@@ -122,11 +122,18 @@ struct store_actor_options {
   /// forward (connect + response timeouts): each purge turns such records
   /// in-doubt. 0: never.
   int64_t in_flight_deadline_ms = 0;
+  /// A batch of one command (a node with little load) is answered from the
+  /// store's thread: the key actor the answer wakes runs there, before the
+  /// store's next message, instead of waking a worker for it
+  /// (common/inline_execution.hpp). `spawn_store` sets it for a detached
+  /// store (on the scheduler the answer wakes nobody: the worker that ran
+  /// the store runs it next).
+  bool answer_here = false;
 };
 
 /// Spawns the store actor over `sink` (`local_sink` on a single node).
-/// Production spawns it detached (its own thread: SQLite blocks);
-/// deterministic tests spawn it scheduled.
+/// Production spawns it detached (its own thread: SQLite blocks; then
+/// `answer_here` is on); deterministic tests spawn it scheduled.
 store_actor spawn_store(caf::actor_system& sys,
                         std::shared_ptr<commit_sink> sink,
                         store_actor_options opts, bool detached);

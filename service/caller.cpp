@@ -11,6 +11,7 @@
 #include <caf/scoped_execution_unit.hpp>
 #include <caf/spawn_options.hpp>
 
+#include "common/inline_execution.hpp"
 #include "common/logging.hpp"
 
 namespace oncegate::gateway {
@@ -54,8 +55,8 @@ caf::actor_companion* companion_of(const caf::actor& hdl) {
 
 } // namespace
 
-actor_caller::actor_caller(caf::actor_system& sys)
-  : sys_(&sys), state_(std::make_shared<state>()) {
+actor_caller::actor_caller(caf::actor_system& sys, bool run_here)
+  : sys_(&sys), run_here_(run_here), state_(std::make_shared<state>()) {
   // Hidden: the actor system does not wait for it at its end.
   companion_ = sys.spawn<caf::actor_companion, caf::hidden>();
   companion_of(companion_)->on_enqueue(
@@ -119,7 +120,10 @@ void actor_caller::deliver(const caf::strong_actor_ptr& dest,
                            caf::message_id mid,
                            caf::mailbox_element_ptr elem) {
   if (dest) {
-    dest->enqueue(std::move(elem), nullptr);
+    // Alone in flight (little load) the receiver runs on this thread's
+    // loop; with more, a worker runs it beside the sending threads.
+    auto here = run_here_ && pending() == 1 ? inline_exec::here() : nullptr;
+    dest->enqueue(std::move(elem), here);
     return;
   }
   if (auto h = state_->take(mid)) {

@@ -42,7 +42,10 @@ namespace oncegate::gateway {
 /// it holds), as the bridge's requests to them did.
 class actor_caller {
 public:
-  explicit actor_caller(caf::actor_system& sys);
+  /// With `run_here`, a request sent while no other is in flight from a
+  /// thread that runs woken actors itself (`inline_exec::here()`, the HTTP
+  /// threads) wakes its receiver there instead of on a scheduler worker.
+  explicit actor_caller(caf::actor_system& sys, bool run_here = false);
   ~actor_caller();
 
   actor_caller(const actor_caller&) = delete;
@@ -97,6 +100,7 @@ private:
 
   struct state;
   caf::actor_system* sys_;
+  bool run_here_;
   caf::actor companion_;
   std::shared_ptr<state> state_;
 };

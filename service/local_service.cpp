@@ -13,7 +13,8 @@ namespace {
 class local_service : public node_service {
 public:
   local_service(caf::actor_system& sys, const node& n, service_options opts)
-    : node_(n), opts_(opts), bridge_(sys, opts.actors), caller_(sys) {
+    : node_(n), opts_(opts), bridge_(sys, opts.actors),
+      caller_(sys, true) {
   }
 
   void claim(claim_request req,

@@ -241,6 +241,59 @@ CAF_TEST(a claim is acknowledged only after its transaction committed) {
   CAF_CHECK_EQUAL(committed_rows(), 1);
 }
 
+// Which job was running when `reply` got its answer: the requester's own
+// turn, or (answer_here) the store's.
+template <class T>
+caf::resumable* answered_in(caf::scheduler::test_coordinator& sched,
+                            const reply_slot<T>& reply) {
+  while (sched.has_job() && !*reply) {
+    auto next = &sched.next_job<caf::resumable>();
+    sched.run_once();
+    if (*reply)
+      return next;
+  }
+  return nullptr;
+}
+
+CAF_TEST(with answer_here a batch of one runs its requester in the store turn) {
+  auto store_job = dynamic_cast<caf::resumable*>(
+    caf::actor_cast<caf::abstract_actor*>(store));
+  // Off (a store on the scheduler): the answer wakes the requester, which
+  // runs as a job of its own.
+  auto first = ask<claim_result>(sys, store, claim_atom::value,
+                                 make_claim("k1", 1000));
+  auto job = answered_in(sched, first);
+  CAF_REQUIRE(*first && **first);
+  CAF_CHECK_NOT_EQUAL(job, store_job);
+  anon_send_exit(store, caf::exit_reason::user_shutdown);
+  sched.run();
+  store_actor_options opts;
+  opts.answer_here = true;
+  store = spawn_local(opts);
+  sched.run();
+  store_job = dynamic_cast<caf::resumable*>(
+    caf::actor_cast<caf::abstract_actor*>(store));
+  auto second = ask<claim_result>(sys, store, claim_atom::value,
+                                  make_claim("k2", 1000));
+  job = answered_in(sched, second);
+  CAF_REQUIRE(*second && **second);
+  CAF_CHECK_EQUAL((**second)->outcome, decision::accepted);
+  CAF_CHECK_EQUAL(job, store_job);
+  // Two claims that share a batch go back through the scheduler: under
+  // load the workers answer beside the store.
+  auto both = claim_keys(2, 2000);
+  while (sched.has_job() && !*both[0] && !*both[1])
+    sched.run_once();
+  auto other = *both[0] ? both[1] : both[0];
+  CAF_CHECK(!*other); // its requester is still a job of its own
+  CAF_CHECK(sched.has_job());
+  sched.run();
+  for (auto& r : both) {
+    CAF_REQUIRE(*r && **r);
+  }
+  CAF_CHECK_EQUAL(stats().max_batch, 2u);
+}
+
 CAF_TEST(a failed commit fails every claim of its batch) {
   // Exactly COMMIT fails (every INSERT of the batch succeeded before it).
   fault.fail_next();

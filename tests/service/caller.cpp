@@ -1,9 +1,13 @@
 #define CAF_SUITE service.caller
 #include "tests/actors/node_fixture.hpp"
 
+#include <functional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "common/errc.hpp"
+#include "common/inline_execution.hpp"
 #include "service/caller.hpp"
 
 using namespace oncegate;
@@ -172,6 +176,95 @@ CAF_TEST(a lookup and a store request answer their own types) {
   CAF_REQUIRE_EQUAL(counted.size(), 1u);
   CAF_REQUIRE(counted[0].ok);
   CAF_CHECK_EQUAL(counted[0].value, 1u);
+}
+
+// The HTTP threads' way (common/inline_execution.hpp): a loop of our own,
+// run by hand, stands for theirs.
+struct own_loop {
+  std::vector<std::function<void()>> queued;
+
+  explicit own_loop(caf::actor_system& sys) {
+    inline_exec::run_woken_actors_here(
+      sys, [this](std::function<void()> fn) { queued.push_back(fn); });
+  }
+
+  ~own_loop() {
+    inline_exec::stop_running_here();
+    queued.clear();
+  }
+
+  void run() {
+    while (!queued.empty()) {
+      auto fn = std::move(queued.front());
+      queued.erase(queued.begin());
+      fn();
+    }
+  }
+};
+
+CAF_TEST(a request sent alone runs its receivers on the sending loop) {
+  actor_caller here{sys, true};
+  own_loop loop{sys};
+  auto ask_claim = [&](const std::string& key) {
+    here.ask<claim_result>(n.shard_for("default", key),
+                           [this](reply<claim_result> rep) {
+                             answers.push_back(std::move(rep));
+                           },
+                           claim_atom::value, make_claim(key, 1000));
+  };
+  ask_claim("k");
+  // Nothing ran inside the call, and nothing went to the scheduler: the
+  // registry waits for the loop.
+  CAF_CHECK(answers.empty());
+  CAF_CHECK_EQUAL(loop.queued.size(), 1u);
+  CAF_CHECK(!sched.has_job());
+  loop.run();
+  // The registry, the key actor, the store (scheduled in these tests) and
+  // the key actor again ran from the loop: the answer is in, no worker ran.
+  CAF_REQUIRE_EQUAL(answers.size(), 1u);
+  CAF_REQUIRE(answers[0].ok);
+  CAF_CHECK(grants(answers[0].value.outcome));
+  sched.run();
+  CAF_CHECK_EQUAL(records(), 1u);
+  // With a request in flight already, the next one goes to the scheduler.
+  ask_claim("k2");
+  std::vector<reply<uint64_t>> counted;
+  here.ask<uint64_t>(n.store,
+                     [&](reply<uint64_t> rep) {
+                       counted.push_back(std::move(rep));
+                     },
+                     count_atom::value);
+  CAF_CHECK_EQUAL(loop.queued.size(), 1u);
+  CAF_CHECK(sched.has_job()); // the store, woken by the second request
+  loop.run();
+  sched.run();
+  CAF_REQUIRE_EQUAL(answers.size(), 2u);
+  for (auto& a : answers)
+    CAF_CHECK(a.ok && grants(a.value.outcome));
+  CAF_CHECK_EQUAL(counted.size(), 1u);
+  CAF_CHECK_EQUAL(here.pending(), 0u);
+  // Without `run_here` (the cluster's callers) nothing waits for the loop.
+  claim_via_caller(make_claim("k4", 1000));
+  CAF_CHECK(loop.queued.empty());
+  sched.run();
+  CAF_CHECK_EQUAL(answers.size(), 3u);
+}
+
+CAF_TEST(what the loop did not run goes to the scheduler when it stops) {
+  actor_caller here{sys, true};
+  {
+    own_loop loop{sys};
+    here.ask<claim_result>(n.shard_for("default", "k"),
+                           [this](reply<claim_result> rep) {
+                             answers.push_back(std::move(rep));
+                           },
+                           claim_atom::value, make_claim("k", 1000));
+    CAF_CHECK_EQUAL(loop.queued.size(), 1u);
+  } // the loop ends without running what it was given
+  CAF_CHECK(sched.has_job());
+  sched.run();
+  CAF_REQUIRE_EQUAL(answers.size(), 1u);
+  CAF_CHECK(answers[0].ok && grants(answers[0].value.outcome));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
