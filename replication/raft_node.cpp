@@ -245,6 +245,7 @@ void raft_node::impl::refresh() {
                        && !closing
                        && link::connected(&transport, current.leader_id),
                      std::memory_order_release);
+  watch_leader_link();
   if (!changed)
     return;
   log::cluster()->info("raft.state role={} term={} leader={} ready={}",

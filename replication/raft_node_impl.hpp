@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -184,6 +185,12 @@ struct raft_node::impl {
   std::unordered_map<uint64_t, lag> lags;
   detail::clock_type::time_point last_lag_check;
   detail::clock_type::time_point last_repair;
+  /// The leader this follower watches the link to, whether that link was
+  /// up when last looked at, and when its election timer is to be expired
+  /// because the link closed (see `watch_leader_link`).
+  uint64_t watched_leader = 0;
+  bool watched_up = false;
+  std::optional<detail::clock_type::time_point> campaign_at;
 
   impl() {
     std::memset(&transport, 0, sizeof(transport));
@@ -193,6 +200,12 @@ struct raft_node::impl {
     std::memset(&nudge_req, 0, sizeof(nudge_req));
     std::memset(&transfer, 0, sizeof(transfer));
   }
+
+  /// A follower whose link to its leader closes (the leader's process
+  /// ended: its kernel closed the connection) expires its election timer
+  /// instead of waiting out the election timeout, staggered by its rank
+  /// among the other voters (see raft_node.cpp).
+  void watch_leader_link();
 
   /// Opens this group's directory, transport and libraft server and
   /// starts it (before the loop runs; `owner->groups` holds it already).

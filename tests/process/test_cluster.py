@@ -215,10 +215,11 @@ class Cluster(drill_cluster.Cluster):
     the peers it is told to (`add`). The waits raise AssertionError."""
 
     def __init__(self, root, upstream_url, peers=3, tls=True,
-                 partitions=None):
+                 partitions=None, election_timeout="500ms"):
         super().__init__()
         self.root = root
         self.partitions = partitions
+        self.election_timeout = election_timeout
         self.upstream_url = upstream_url
         # Mutual TLS between the nodes, as every cluster runs by default.
         self.tls_dir = drill_cluster.make_certs(
@@ -245,7 +246,8 @@ upstream="{url}"
 """.format(route=ROUTE, url=self.upstream_url) + cluster_section(
             node_id, [self.peer_lines[i - 1] for i in peer_ids],
             remote_timeout="1s", join=join, tls_dir=self.tls_dir,
-            partitions=self.partitions)
+            partitions=self.partitions,
+            election_timeout=self.election_timeout)
 
     def add(self, node_id, peer_ids, join=False):
         """Writes node `node_id`'s INI (peers: ids listed in cluster.peers)
@@ -842,6 +844,41 @@ class OwnClusterCase(ClusterCase):
         return self.cluster.node(node_id).request(
             "POST", "/v1/webhook/" + ROUTE, {"order": key},
             {"Idempotency-Key": key}, timeout)
+
+
+class LinkClosedFailoverTest(OwnClusterCase):
+    """A leader whose process dies closes its node links at once (its
+    kernel does): the followers campaign then (replication/leader_watch.cpp)
+    instead of after an election timeout without heartbeats. With a 4 s
+    timeout no follower could campaign within 4 s of the kill by the
+    timeout; a new leader within that is the link's doing. A hung leader
+    (SIGSTOP) closes nothing and is still replaced by the timeout."""
+
+    TIMEOUT = 4.0
+
+    def setUp(self):
+        super().setUp()
+        self.cluster = Cluster(self.tmp.path, self.up.url,
+                               election_timeout="%ds" % self.TIMEOUT)
+
+    @with_logs
+    def test_a_killed_leader_is_replaced_before_the_election_timeout(self):
+        lid = self.start_nodes([1, 2, 3], [1, 2, 3])
+        survivors = [i for i in (1, 2, 3) if i != lid]
+        self.assertEqual(self.post(survivors[0], "before")[0], 200)
+        t_fail = time.monotonic()
+        self.cluster.node(lid).kill()
+        watch = LeaderWatch(self.cluster, survivors, t_fail, timeout=20.0)
+        elected = watch.wait()
+        self.assertIsNotNone(elected, "no new leader among %s: %s"
+                             % (survivors, self.cluster.statuses(survivors)))
+        print("\nSIGKILL with a %.0f s election timeout: node %d ready "
+              "after %.2f s" % (self.TIMEOUT, watch.leader, elected),
+              file=sys.stderr)
+        self.assertLess(elected, self.TIMEOUT)
+        self.assertTrue(any(self.cluster.node(i).log_count(
+            "raft.leader_link_closed") > 0 for i in survivors))
+        self.assertEqual(self.post(watch.leader, "after")[0], 200)
 
 
 class QuorumLossTest(OwnClusterCase):
