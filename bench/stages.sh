@@ -25,15 +25,8 @@ if [ -z "$BIN" ]; then
   cmake --build "$ROOT/build-trace" --target oncegate -j"$(nproc)" >/dev/null
   BIN=$ROOT/build-trace/tools/oncegate
 fi
-D=$(mktemp -d /tmp/oncegate-stages.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$D"
-}
-trap cleanup EXIT
-
 . "$LIB/nodes.sh"
+own_workdir stages
 
 # Starts node $1 with the remaining arguments (sets PORT); each writes its
 # stage trace at exit.

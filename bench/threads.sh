@@ -23,14 +23,8 @@ fi
 SECS=${WRK_SECONDS:-5}
 LIB=$ROOT/bench/lib
 export WRK_LUA_DIR=$ROOT/bench/wrk
-D=$(mktemp -d /tmp/oncegate-threads.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$D"
-}
-trap cleanup EXIT
 . "$LIB/nodes.sh"
+own_workdir threads
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
 # One line per thread of process $1: "name/tid switches ticks".

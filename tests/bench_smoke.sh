@@ -12,6 +12,7 @@
 # target row (targets,<measure>,value|target_*|met) must be there with a
 # value; whether the target is met is not checked (a smoke run is tiny).
 # Bounded by BENCH_SMOKE_TIMEOUT seconds (default 600, build included).
+# With ONCEGATE_BIN it also runs bench/threads.sh for one second.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -155,6 +156,17 @@ done
 for f in results.md throughput.png latency.png; do
   check "$f" "$([ -s "$OUT/$f" ] && echo 0 || echo 1)" "missing or empty"
 done
+
+# bench/threads.sh (per-thread switches and CPU per request) on this
+# build's node, one second: a line per thread and the total, each positive.
+if [ -n "${ONCEGATE_BIN:-}" ]; then
+  out=$(WRK_SECONDS=1 timeout 120 "$ROOT/bench/threads.sh" 1 "$ONCEGATE_BIN" 2>&1)
+  ok=1
+  echo "$out" | grep -Eq 'Requests/sec: *[1-9]' \
+    && echo "$out" | grep -Eq '^  \(all threads\) +switches/req +[0-9.]*[1-9][0-9.]* +cpu_us/req +[0-9.]*[1-9]' \
+    && ok=0
+  check "bench/threads.sh" "$ok" "$(echo "$out" | tail -3 | tr '\n' ' ')"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

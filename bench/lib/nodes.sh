@@ -1,11 +1,21 @@
-# Sourced by the bench scripts (which set ROOT, LIB and D, a temp dir they
-# own): starts `oncegate` nodes in $D and records their pids in PIDS (the
-# caller stops them).
+# Sourced by the bench scripts (which set ROOT and LIB, and D, a temp dir
+# they own, or call own_workdir): starts `oncegate` nodes in $D and records
+# their pids in PIDS (the caller stops them).
 #
 #   start_node BIN I [ARGS...]   node I, data in $D/nI, HTTP on a free port:
 #                                sets PORT once it printed its ready line
 #                                (bounded: 10 s), exits 1 if it did not.
 # Variables assigned before the call (VAR=x start_node ...) reach the node.
+#
+#   own_workdir NAME             makes D (/tmp/oncegate-NAME.XXXXXX) and an
+#                                empty PIDS; on exit every process in PIDS
+#                                is killed and D removed.
+
+own_workdir() {
+  D=$(mktemp -d "/tmp/oncegate-$1.XXXXXX")
+  PIDS=()
+  trap 'for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$D"' EXIT
+}
 
 start_node() {
   local bin=$1 i=$2 t
