@@ -1,5 +1,5 @@
 #define CAF_SUITE powerloss.vfs
-#include "caf/test/unit_test_impl.hpp"
+#include "caf/test/unit_test.hpp"
 
 #include "tests/powerloss/powerloss_vfs.hpp"
 

@@ -1,2 +1,0 @@
-#define CAF_SUITE actors
-#include "caf/test/unit_test_impl.hpp"
