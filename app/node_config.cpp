@@ -832,6 +832,7 @@ int64_t node_config::in_flight_deadline_ms(const webhook_options& web) const {
 routed_service_options node_config::service_opts() const {
   routed_service_options res;
   res.service.actors = gateway_actors;
+  res.service.run_woken_here = !store_on_scheduler;
   res.leader_wait = leader_wait;
   res.max_background = max_background;
   res.max_background_bytes = max_background_bytes;

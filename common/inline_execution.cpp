@@ -107,6 +107,17 @@ void deferring_unit::flush() {
 }
 
 void deferring_unit::drain() {
+  // Should anything throw out of a turn (CAF catches the actors' own
+  // exceptions), the loop's handler guard catches it: what is queued then
+  // goes to the scheduler, and the next wake-up schedules a drain again.
+  struct unwind {
+    deferring_unit* unit;
+    bool done = false;
+    ~unwind() {
+      if (!done)
+        unit->flush();
+    }
+  } unwinding{this};
   std::size_t ran = 0;
   for (;;) {
     caf::resumable* job;
@@ -114,6 +125,7 @@ void deferring_unit::drain() {
       std::lock_guard<std::mutex> guard{mtx_};
       if (jobs_.empty()) {
         scheduled_ = false;
+        unwinding.done = true;
         return;
       }
       job = jobs_.front();

@@ -207,10 +207,19 @@ void settle(store_pointer self, std::vector<waiter>& waiting,
   }
   if (!st.here)
     st.here = std::make_unique<inline_exec::collecting_unit>(self->system());
-  auto ctx = self->context();
-  self->context(st.here.get());
-  st.settle(waiting, out, started);
-  self->context(ctx);
+  {
+    // The store's own unit again however `settle` ends: its exit (an
+    // exception ends the actor) must not reach a unit the state frees.
+    struct restore {
+      store_pointer self;
+      caf::execution_unit* ctx;
+      ~restore() {
+        self->context(ctx);
+      }
+    } guard{self, self->context()};
+    self->context(st.here.get());
+    st.settle(waiting, out, started);
+  }
   st.here->run();
 }
 

@@ -16,10 +16,19 @@
 // later and gets the first's vote. Two at once would split the vote and
 // wait the timeout out after all.
 //
-// A link that closes while its leader lives (a network fault, a frame we
-// refused) costs one refused pre-vote: the other voters still hear the
-// leader and keep it; no term changes. A leader whose machine dies or
-// hangs closes nothing: then the timeout applies, as before.
+// The first campaigns one heartbeat after the link closed, so that a link
+// that only flapped (it reconnects meanwhile) changes nothing; an expiry
+// libraft has not acted on yet is undone when the link comes back. A link
+// that stays down while its leader lives (a network fault on one path, a
+// frame we refused) costs one refused pre-vote: the other voters still
+// hear the leader and keep it; no term changes. If the leader's links to a
+// majority go down together while it lives, the followers elect another
+// leader (0.2-0.3 s), where before they would have waited for the links to
+// come back within the election timeout: a leadership change, never two
+// leaders of one term. The stagger assumes the voters agree on the
+// configuration; while a change is in flight two may share a rank, split
+// the vote and wait out the timeout as before. A leader whose machine dies
+// or hangs closes nothing: then the timeout applies, as before.
 
 #include <chrono>
 
@@ -38,11 +47,18 @@ void raft_node::impl::watch_leader_link() {
     watched_leader = leader;
     watched_up = up;
     campaign_at.reset();
+    expired_timer.reset();
     return;
   }
   if (leader == 0)
     return;
   if (up) {
+    // Back before the campaign: a flap, not a death. Undo an expiry that
+    // libraft has not acted on (a heartbeat since has reset the timer).
+    if (expired_timer && r.state == RAFT_FOLLOWER
+        && r.election_timer_start == expired_timer->second)
+      r.election_timer_start = expired_timer->first;
+    expired_timer.reset();
     watched_up = true;
     campaign_at.reset();
     return;
@@ -56,7 +72,10 @@ void raft_node::impl::watch_leader_link() {
       if (srv.role == RAFT_VOTER && srv.id != leader && srv.id < opts.id)
         ++rank;
     }
-    auto stagger = std::chrono::milliseconds(2 * r.heartbeat_timeout) * rank;
+    // One heartbeat first (a link that only flapped reconnects meanwhile),
+    // then two per rank.
+    auto stagger = std::chrono::milliseconds(r.heartbeat_timeout)
+                   * (1 + 2 * rank);
     campaign_at = now + stagger;
     log::cluster()->info("raft.leader_link_closed group={} leader={} "
                          "campaign_in_ms={}",
@@ -71,7 +90,9 @@ void raft_node::impl::watch_leader_link() {
   // The next tick (every heartbeat timeout) finds the timer expired.
   auto t = r.io->time(r.io);
   auto wait = r.follower_state.randomized_election_timeout;
+  auto before = r.election_timer_start;
   r.election_timer_start = t > wait ? t - wait : 0;
+  expired_timer = std::make_pair(before, r.election_timer_start);
 }
 
 } // namespace oncegate::cluster

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <utility>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -191,6 +192,9 @@ struct raft_node::impl {
   uint64_t watched_leader = 0;
   bool watched_up = false;
   std::optional<detail::clock_type::time_point> campaign_at;
+  /// The election timer's start before it was expired, and what it was
+  /// set to: restored if the link comes back before libraft's next tick.
+  std::optional<std::pair<raft_time, raft_time>> expired_timer;
 
   impl() {
     std::memset(&transport, 0, sizeof(transport));

@@ -14,7 +14,7 @@ class local_service : public node_service {
 public:
   local_service(caf::actor_system& sys, const node& n, service_options opts)
     : node_(n), opts_(opts), bridge_(sys, opts.actors),
-      caller_(sys, true) {
+      caller_(sys, opts.run_woken_here) {
   }
 
   void claim(claim_request req,
