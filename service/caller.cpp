@@ -102,27 +102,26 @@ std::size_t actor_caller::pending() const {
   return state_->waiting.size();
 }
 
-std::pair<caf::strong_actor_ptr, caf::message_id>
-actor_caller::enlist(handler on_answer) {
+actor_caller::ticket actor_caller::enlist(handler on_answer) {
   std::lock_guard<std::mutex> guard{state_->mtx};
   // Never 0 (not a request) and within the request id bits.
   auto id = (++state_->last_id) & caf::message_id::request_id_mask;
   if (id == 0)
     id = ++state_->last_id & caf::message_id::request_id_mask;
   if (state_->stopped)
-    return {nullptr, caf::make_message_id(id)};
+    return {nullptr, caf::make_message_id(id), false};
   state_->waiting.emplace(id, std::move(on_answer));
   return {caf::actor_cast<caf::strong_actor_ptr>(companion_),
-          caf::make_message_id(id)};
+          caf::make_message_id(id), state_->waiting.size() == 1};
 }
 
 void actor_caller::deliver(const caf::strong_actor_ptr& dest,
-                           caf::message_id mid,
+                           caf::message_id mid, bool alone,
                            caf::mailbox_element_ptr elem) {
   if (dest) {
     // Alone in flight (little load) the receiver runs on this thread's
     // loop; with more, a worker runs it beside the sending threads.
-    auto here = run_here_ && pending() == 1 ? inline_exec::here() : nullptr;
+    auto here = run_here_ && alone ? inline_exec::here() : nullptr;
     dest->enqueue(std::move(elem), here);
     return;
   }

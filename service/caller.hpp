@@ -71,10 +71,11 @@ public:
       else
         done(failure<T>(*sys, caf::make_error(caf::sec::unexpected_response)));
     });
-    if (!ticket.first)
+    if (!ticket.sender)
       return; // stopped: nothing is sent (nobody would hear the answer)
-    deliver(caf::actor_cast<caf::strong_actor_ptr>(dest), ticket.second,
-            caf::make_mailbox_element(std::move(ticket.first), ticket.second,
+    deliver(caf::actor_cast<caf::strong_actor_ptr>(dest), ticket.mid,
+            ticket.alone,
+            caf::make_mailbox_element(std::move(ticket.sender), ticket.mid,
                                       {}, std::forward<Ts>(xs)...));
   }
 
@@ -91,11 +92,18 @@ private:
   using handler = std::function<void(caf::message&)>;
 
   // Registers `on_answer`: the sender and the request id to send with (no
-  // sender once stopped).
-  std::pair<caf::strong_actor_ptr, caf::message_id> enlist(handler on_answer);
+  // sender once stopped), and whether it is the only request in flight.
+  struct ticket {
+    caf::strong_actor_ptr sender;
+    caf::message_id mid;
+    /// No other request of this caller is in flight.
+    bool alone;
+  };
+  ticket enlist(handler on_answer);
 
   // Enqueues `elem` at `dest`; a missing receiver fails the request.
   void deliver(const caf::strong_actor_ptr& dest, caf::message_id mid,
+               bool alone,
                caf::mailbox_element_ptr elem);
 
   struct state;
