@@ -30,7 +30,7 @@ cleanup() {
 trap cleanup EXIT
 
 for n in "${COUNTS[@]}"; do
-  mapfile -t P < <(python3 "$ROOT/bench/lib/benchlib.py" freeport 3)
+  mapfile -t P < <(python3 "$ROOT/bench/lib/benchlib.py" freeport 3 --hold-for $$)
   peers="1=127.0.0.1:${P[0]},2=127.0.0.1:${P[1]},3=127.0.0.1:${P[2]}"
   PIDS=()
   for i in 1 2 3; do

@@ -5,11 +5,11 @@
 #
 #   bench/run.sh                   full run (~6 min on 2 vCPU with an up-to-date
 #                                  build), results in docs/benchmarks/
-#   BENCH_SMOKE=1 bench/run.sh     ~2 s per scenario (~75 s), tiny key counts,
+#   BENCH_SMOKE=1 bench/run.sh     1 s per timed run (~100 s), tiny key counts,
 #                                  results in a temp dir (printed at the end)
 #
 # Knobs (environment; defaults full / smoke):
-#   BENCH_SECONDS=10/2             duration of each timed wrk / redis run
+#   BENCH_SECONDS=10/1             duration of each timed wrk / redis run
 #   BENCH_THREADS=2  BENCH_CONNECTIONS=50   the loaded scenarios (wrk -t/-c)
 #   BENCH_POOL=10000/2000          duplicate key pool d-0..d-(POOL-1)
 #   BENCH_BIG_KEYS=10000000/10000  records preloaded for the big-store scenario
@@ -18,8 +18,8 @@
 #   BENCH_PURGE_RUNS=3/1           purge rounds (the median round reported)
 #   BENCH_MEM_KEYS=100000/5000     live key actors, small memory measurement
 #   BENCH_MEM_KEYS_LARGE=1000000/10000  large memory measurement (0: skip)
-#   BENCH_PASSIVATE_KEYS=5000/1000 BENCH_IDLE_TIMEOUT=5s/2s  passivation check
-#   BENCH_IDLE_SECONDS=60/3        the core node idle before its load (CPU)
+#   BENCH_PASSIVATE_KEYS=5000/1000 BENCH_IDLE_TIMEOUT=5s/1s  passivation check
+#   BENCH_IDLE_SECONDS=60/1        the core node idle before its load (CPU)
 #   BENCH_COLD_KEYS=100000/5000    preloaded keys for the cold-start scenario
 #   BENCH_NODE_ARGS=""             extra oncegate options for every node
 #   BENCH_MEM_ARGS="--keys.decision-cache=0"  options of the memory nodes
@@ -46,9 +46,9 @@ START_EPOCH=$EPOCHREALTIME
 
 SMOKE=${BENCH_SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
-  d_secs=2 d_pool=2000 d_big=10000 d_purge=10000 d_mem=5000 d_mem_large=10000
-  d_passivate=1000 d_idle=2s d_cold=5000 d_flood=300 d_purge_runs=1
-  d_idle_secs=3
+  d_secs=1 d_pool=2000 d_big=10000 d_purge=10000 d_mem=5000 d_mem_large=10000
+  d_passivate=1000 d_idle=1s d_cold=5000 d_flood=300 d_purge_runs=1
+  d_idle_secs=1
 else
   d_secs=10 d_pool=10000 d_big=10000000 d_purge=1000000 d_mem=100000
   d_mem_large=1000000 d_passivate=5000 d_idle=5s d_cold=100000 d_flood=3000
@@ -514,7 +514,7 @@ redis_one() {
   local mode=$1 dir port pid i cal n out rps p50 p95 p99 max
   dir=$RUN_TMP/redis-$mode
   mkdir -p "$dir"
-  port=$(py freeport)
+  port=$(py freeport 1 --hold-for $$)
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly yes \
     --appendfsync "$mode" --dir "$dir" --daemonize no \
     --logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
@@ -563,7 +563,7 @@ sc_redis() {
 sc_nginx() {
   local dir=$RUN_TMP/nginx port pid i
   mkdir -p "$dir"
-  port=$(py freeport)
+  port=$(py freeport 1 --hold-for $$)
   sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$port|g" "$LIB/nginx.conf.in" \
     >"$dir/nginx.conf"
   nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" \
@@ -614,7 +614,7 @@ sc_upstream() {
   local http https sent wpid nsys ncpu
   mkdir -p "$dir"
   make_upstream_certs "$dir/tls"
-  mapfile -t ports < <(py freeport 2)
+  mapfile -t ports < <(py freeport 2 --hold-for $$)
   [ "${#ports[@]}" = 2 ] || die "freeport: ${ports[*]}"
   hport=${ports[0]} sport=${ports[1]}
   sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$hport|g" -e "s|@TLS_PORT@|$sport|g" \
@@ -889,7 +889,7 @@ cluster_run() {
   local settle index lid1 counts=() t0
   mkdir -p "$dir"
   ini=$dir/cluster.ini
-  mapfile -t ports < <(py freeport 3)
+  mapfile -t ports < <(py freeport 3 --hold-for $$)
   [ "${#ports[@]}" = 3 ] || die "freeport: ${ports[*]}"
   {
     echo '[cluster]'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Smoke test of the benchmark harness: runs `BENCH_SMOKE=1 bench/run.sh`
-# (every scenario ~2 s, tiny key counts, results in a temp dir) and checks
+# (1 s per timed run, tiny key counts, results in a temp dir) and checks
 # that results.csv has a row with a positive value for every scenario and
 # system, that the report and plots were written and that the harness exited
 # 0. Prints one line per check and a final `N passed, M failed`.

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Small helpers for bench/run.sh (python3 stdlib only).
 
-  benchlib.py freeport [N]
+  benchlib.py freeport [N] [--hold-for PID]
       N (default 1) distinct free TCP ports on 127.0.0.1, one a line (all
-      bound at once, then released)
+      bound at once, then released); with --hold-for, a process of its own
+      keeps them from every other picker of ports here (tests, drills,
+      another bench) until PID ends
   benchlib.py metric PORT NAME
       value of one series of oncegate's /metrics (NAME as printed, labels
       included, e.g. 'oncegate_decisions_total{route="default",outcome="new"}')
@@ -55,6 +57,7 @@ import csv
 import http.client
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -67,9 +70,32 @@ from oncegate_drill.cluster import caught_up, free_ports, \
     ready_leader  # noqa: E402
 
 
-def freeport(n=1):
-    for port in free_ports(int(n)):
+def freeport(*args):
+    """Prints free ports; `--hold-for PID`: holds them until PID ends
+    (free_ports holds them for the life of the process that picked them,
+    which would otherwise end right here)."""
+    hold_for = None
+    if len(args) >= 2 and args[-2] == "--hold-for":
+        hold_for, args = int(args[-1]), args[:-2]
+    for port in free_ports(int(args[0]) if args else 1):
         print(port)
+    sys.stdout.flush()
+    if hold_for is None or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        pidfd = os.pidfd_open(hold_for)
+    except OSError:
+        return  # already gone: nothing to hold for
+    if os.fork() != 0:
+        return
+    # The holder: the locks' files are inherited (the same locks); it lets
+    # go of the caller's pipes at once, so `$(...)` and `mapfile` see EOF.
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    select.select([pidfd], [], [])  # readable once PID has ended
+    os._exit(0)
 
 
 def scrape(port, timeout=5.0):

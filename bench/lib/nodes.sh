@@ -51,7 +51,7 @@ start_node() {
 start_cluster() {
   local starter=$1 i out tls=()
   shift
-  mapfile -t P < <(python3 "$LIB/benchlib.py" freeport 3)
+  mapfile -t P < <(python3 "$LIB/benchlib.py" freeport 3 --hold-for $$)
   [ "${CLUSTER_INSECURE:-0}" = 1 ] \
     || "$ROOT/scripts/cluster-certs.sh" "$D/tls" 1 2 3 >/dev/null
   {

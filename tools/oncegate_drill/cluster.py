@@ -13,6 +13,7 @@ write INI files (config.py), send webhook traffic (traffic.py) or judge
 (verdict.py).
 """
 
+import fcntl
 import json
 import os
 import random
@@ -20,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -95,9 +97,44 @@ def ephemeral_range():
 
 _ports_lock = threading.Lock()
 _ports_given = set()
+# The locks of the ports this process holds (open files, never closed: the
+# kernel drops each lock when the process ends, however it ends).
+_ports_held = []
 
 
-def free_ports(n):
+def ports_lock_dir():
+    """Where the per-port lock files live: one directory for every process
+    of the machine that picks ports here (tests, drills, bench)."""
+    path = os.path.join(tempfile.gettempdir(), "oncegate-ports")
+    try:
+        os.mkdir(path, 0o1777)
+        os.chmod(path, 0o1777)  # whoever runs next may be another user
+    except FileExistsError:
+        pass
+    return path
+
+
+def hold_port(port):
+    """Takes `port`'s lock (an flock on its file in ports_lock_dir) for the
+    rest of this process's life; False if another live process holds it.
+    Processes that pick ports at random from the same range would otherwise
+    both take one that the first had tested free and not bound yet (or that
+    a restarting node of its own had let go for a moment)."""
+    path = os.path.join(ports_lock_dir(), "%d.lock" % port)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _ports_held.append(fd)
+    return True
+
+
+def free_ports(n, span=None):
     """n distinct TCP ports free on 127.0.0.1 right now, for listeners whose
     port is fixed in a configuration and bound again after a restart (a
     node's raft and front ports, an upstream's). They come from outside the
@@ -107,16 +144,21 @@ def free_ports(n):
     restarted node found its front port taken by another node's HTTP
     listener). Random, each bound to test it (all at once, so they differ;
     released before returning), never the same one twice in this
-    process."""
-    low, high = ephemeral_range()
-    # Below the range (from 10000 up, clear of common service ports, when
-    # there is room), else above it, whichever is wider.
-    below = (10000 if low > 12000 else 1024, low)
-    above = (high + 1, 65536)
-    first, end = max(below, above, key=lambda r: r[1] - r[0])
-    if end - first < 4 * n:
-        raise DrillError("the ephemeral port range is %d-%d: no room outside "
-                         "it for %d fixed ports" % (low, high, n))
+    process, and never one that another live process took here (each is
+    held with hold_port until this process ends). `span` (first, end),
+    tests only: where to pick instead."""
+    if span is not None:
+        first, end = span
+    else:
+        low, high = ephemeral_range()
+        # Below the range (from 10000 up, clear of common service ports,
+        # when there is room), else above it, whichever is wider.
+        below = (10000 if low > 12000 else 1024, low)
+        above = (high + 1, 65536)
+        first, end = max(below, above, key=lambda r: r[1] - r[0])
+        if end - first < 4 * n:
+            raise DrillError("the ephemeral port range is %d-%d: no room "
+                             "outside it for %d fixed ports" % (low, high, n))
     rng = random.SystemRandom()
     socks = []
     ports = []
@@ -132,6 +174,9 @@ def free_ports(n):
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
+                    s.close()
+                    continue
+                if not hold_port(port):
                     s.close()
                     continue
                 socks.append(s)
