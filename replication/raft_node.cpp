@@ -11,6 +11,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <stdexcept>
 #include <system_error>
 
 #include "common/enum_text.hpp"
@@ -737,8 +738,16 @@ raft_node::start(raft_node_options opts,
   log::cluster()->info("raft.started id={} address={} dir={} bootstrap={} "
                        "groups={}",
                        opts.id, opts.address, opts.dir, opts.bootstrap, count);
-  x.thread = std::thread{[&x] {
+  x.thread = std::thread{[&x, start = opts.on_loop_start,
+                          end = opts.on_loop_end] {
+    if (start)
+      start([&x](std::function<void()> fn) {
+        if (!x.post(std::move(fn), false))
+          throw std::runtime_error("the Raft loop stops");
+      });
     uv_run(&x.loop, UV_RUN_DEFAULT);
+    if (end)
+      end();
     // Set on this thread (see `~raft_node`): nobody owns the state now.
     if (x.free_on_exit) {
       uv_loop_close(&x.loop);

@@ -74,6 +74,15 @@ struct raft_node_options {
   /// copied; false fails the snapshot (see
   /// `raft_fsm_adapter::before_snapshot_copy`).
   std::function<bool()> before_snapshot_copy;
+  /// Run on the Raft thread before its loop starts, with a way to queue
+  /// work on that loop (run after the current callback, never inside it;
+  /// it throws once the node stops), and on the same thread once the loop
+  /// ended: the node's owner lets the actors that the Raft thread's
+  /// messages wake run there (common/inline_execution.hpp), as the HTTP
+  /// threads do (`http_server_options::on_loop_start`).
+  std::function<void(std::function<void(std::function<void()>)>)>
+    on_loop_start;
+  std::function<void()> on_loop_end;
   /// The node link (mutual TLS unless `link.tls` is empty: only with
   /// `cluster.insecure`), Raft's transport and the nodes' requests.
   link::options link;

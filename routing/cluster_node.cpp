@@ -28,6 +28,7 @@ extern "C" {
 #include <caf/send.hpp>
 
 #include "common/errc.hpp"
+#include "common/inline_execution.hpp"
 #include "common/logging.hpp"
 #include "common/stage_trace.hpp"
 #include "common/mutant.hpp"
@@ -632,7 +633,11 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
     sys, std::max<std::size_t>(1, copts.bridge_actors));
   auto cx = std::make_shared<cluster_context>();
   cx->bridge = result->bridge;
-  result->caller = std::make_shared<gateway::actor_caller>(sys);
+  // A request alone in flight runs the registry, the key actor and the
+  // store on the thread that asked (an HTTP thread, or the Raft thread for
+  // another node's request): a cluster's store only proposes, it never
+  // waits for a disk (common/inline_execution.hpp).
+  result->caller = std::make_shared<gateway::actor_caller>(sys, true);
   cx->caller = result->caller;
   cx->peers = copts.peers;
   cx->id = copts.id;
@@ -711,6 +716,12 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
       reset(g);
     };
   }
+  // The Raft thread runs what its messages wake (the store that learns a
+  // commit, the registry of a forwarded request) where the senders let it.
+  ropts.on_loop_start = [psys = &sys](inline_exec::deferrer defer) {
+    inline_exec::run_woken_actors_here(*psys, std::move(defer));
+  };
+  ropts.on_loop_end = [] { inline_exec::stop_running_here(); };
   auto raft = raft_node::start(ropts, writers, std::move(rhs));
   if (!raft)
     return std::move(raft.error());

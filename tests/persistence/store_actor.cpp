@@ -12,6 +12,7 @@
 #include "persistence/sqlite_store.hpp"
 #include "persistence/store_actor.hpp"
 #include "tests/common/fixture.hpp"
+#include "tests/common/own_loop.hpp"
 #include "tests/common/sqlite_query.hpp"
 
 using namespace oncegate;
@@ -134,14 +135,15 @@ struct fixture : test_coordinator_fixture<test::test_config> {
   }
 
   /// Replaces the store by one over a `held_sink` holding up to
-  /// `in_flight` batches of one command each.
+  /// `in_flight` batches of one command each (of up to `batch_bytes`).
   std::shared_ptr<held_sink> respawn_held(uint32_t in_flight,
-                                          store_actor_options opts = {}) {
+                                          store_actor_options opts = {},
+                                          uint64_t batch_bytes = 1) {
     anon_send_exit(store, caf::exit_reason::user_shutdown);
     sched.run();
     sink_traits traits;
     traits.max_in_flight = in_flight;
-    traits.max_batch_bytes = 1; // every command is a batch of its own
+    traits.max_batch_bytes = batch_bytes; // 1: a batch per command
     traits.commit_on_exit = false;
     auto sink = std::make_shared<held_sink>(db, traits);
     store = spawn_store(sys, sink, opts, false);
@@ -482,6 +484,60 @@ CAF_TEST(an asynchronous sink holds at most its batches in flight and answers on
   CAF_REQUIRE(*queued && !**queued);
   CAF_CHECK_EQUAL(errc_of((**queued).error()), errc::store_unavailable);
   CAF_CHECK_EQUAL(db->count(), 1u);
+}
+
+CAF_TEST(an asynchronous sink settles an outcome of one on the thread that learnt it) {
+  // The thread that learns the outcomes (a cluster's Raft thread) runs the
+  // actors they wake from its loop: the store, then the requester, with no
+  // worker woken for either.
+  test::own_loop loop{sys};
+  auto sink = respawn_held(2, {}, std::numeric_limits<uint64_t>::max());
+  auto one = ask<claim_result>(sys, store, claim_atom::value,
+                               make_claim("k1", 1000));
+  sched.run();
+  CAF_REQUIRE_EQUAL(sink->held.size(), 1u);
+  sink->settle_oldest();
+  CAF_CHECK(!sched.has_job());
+  CAF_CHECK(!*one);
+  loop.run();
+  CAF_REQUIRE(*one && **one);
+  CAF_CHECK_EQUAL((**one)->outcome, decision::accepted);
+  CAF_CHECK(!sched.has_job());
+  // A batch of two (load) is settled by the scheduler's workers: the
+  // thread goes on with its own work.
+  std::vector<reply_slot<claim_result>> two;
+  for (auto key : {"k2", "k3"})
+    two.push_back(ask<claim_result>(sys, store, claim_atom::value,
+                                    make_claim(key, 2000)));
+  sched.run();
+  CAF_REQUIRE_EQUAL(sink->held.size(), 1u);
+  CAF_REQUIRE_EQUAL(sink->held.front().first.size(), 2u);
+  sink->settle_oldest();
+  CAF_CHECK(loop.queued.empty());
+  CAF_CHECK(sched.has_job());
+  sched.run();
+  for (auto& r : two) {
+    CAF_REQUIRE(*r && **r);
+    CAF_CHECK_EQUAL((**r)->outcome, decision::accepted);
+  }
+  // So is a batch of one sent while another was in flight.
+  auto first = ask<claim_result>(sys, store, claim_atom::value,
+                                 make_claim("k4", 3000));
+  sched.run();
+  auto second = ask<claim_result>(sys, store, claim_atom::value,
+                                  make_claim("k5", 3000));
+  sched.run();
+  CAF_REQUIRE_EQUAL(sink->held.size(), 2u);
+  sink->settle_oldest();
+  CAF_CHECK(!sched.has_job());
+  loop.run();
+  CAF_CHECK(*first && **first);
+  sink->settle_oldest();
+  CAF_CHECK(loop.queued.empty());
+  CAF_CHECK(sched.has_job());
+  sched.run();
+  CAF_REQUIRE(*second && **second);
+  CAF_CHECK_EQUAL((**second)->outcome, decision::accepted);
 }
 
 CAF_TEST(outcomes are admitted whatever claims fill the queue) {

@@ -36,6 +36,7 @@ extern "C" {
 #include "replication/raft_node.hpp"
 #include "replication/raft_sink.hpp"
 #include "common/errc.hpp"
+#include "common/inline_execution.hpp"
 #include "persistence/sqlite_store.hpp"
 #include "tests/common/fixture.hpp"
 #include "tests/common/sockets.hpp"
@@ -64,6 +65,11 @@ struct member_node {
   uint64_t max_held_bytes = raft_node_options{}.max_held_bytes;
   uint32_t max_hold_ms = raft_node_options{}.max_hold_ms;
   std::function<bool()> before_snapshot_copy;
+  decltype(raft_node_options::on_loop_start) on_loop_start;
+  std::function<void()> on_loop_end;
+  /// The store on its own thread (false: on the scheduler, as a cluster
+  /// node runs it by default).
+  bool detached_store = true;
 
   member_node(uint64_t i) : id(i) {
     address = "127.0.0.1:" + std::to_string(free_port());
@@ -96,10 +102,14 @@ struct member_node {
     ro.max_held_bytes = max_held_bytes;
     ro.max_hold_ms = max_hold_ms;
     ro.before_snapshot_copy = before_snapshot_copy;
+    ro.on_loop_start = on_loop_start;
+    ro.on_loop_end = on_loop_end;
     auto n = raft_node::start(ro, writer);
     CAF_REQUIRE(n);
     raft = std::move(*n);
-    store = spawn_replicated_store(sys, raft, reader, {});
+    replicated_store_options sopts;
+    sopts.detached = detached_store;
+    store = spawn_replicated_store(sys, raft, reader, sopts);
   }
 
   void stop() {
@@ -364,6 +374,41 @@ CAF_TEST(a single voter decides and keeps its decisions across a restart) {
   CAF_CHECK_EQUAL(after->outcome, decision::duplicate);
   CAF_CHECK_GREATER_OR_EQUAL(m.applied(), applied);
   m.stop();
+}
+
+CAF_TEST(the raft thread settles a commit of one with the actors it wakes) {
+  // As a cluster node sets it up (routing/cluster_node.cpp): the Raft
+  // thread runs the actors its messages wake, from its own loop. The store
+  // that learns a commit of one is one of them (then the key actor), so
+  // the thread's loop gets work queued after the commit; what is left at
+  // its stop is handed on from that same thread.
+  member_node m{1};
+  m.detached_store = false;
+  auto queued = std::make_shared<std::atomic<int>>(0);
+  auto loop_thread = std::make_shared<std::thread::id>();
+  auto ended_on = std::make_shared<std::thread::id>();
+  m.on_loop_start = [psys = &sys, queued, loop_thread](auto defer) {
+    *loop_thread = std::this_thread::get_id();
+    inline_exec::run_woken_actors_here(
+      *psys, [defer, queued](std::function<void()> fn) {
+        ++*queued;
+        defer(std::move(fn));
+      });
+  };
+  m.on_loop_end = [ended_on] {
+    *ended_on = std::this_thread::get_id();
+    inline_exec::stop_running_here();
+  };
+  m.start(sys, {{1, m.address}});
+  CAF_REQUIRE(wait_for([&] { return m.ready(); }, 5000ms));
+  auto before = queued->load();
+  auto res = claim(sys, m.store, make_claim("k1", 1000));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->outcome, decision::accepted);
+  CAF_CHECK_GREATER(queued->load(), before);
+  m.stop(); // joins the Raft thread
+  CAF_CHECK(*loop_thread != std::this_thread::get_id());
+  CAF_CHECK(*ended_on == *loop_thread);
 }
 
 // A power cut can leave an open segment that ends 8 bytes after its last

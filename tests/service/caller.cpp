@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/errc.hpp"
-#include "common/inline_execution.hpp"
 #include "service/caller.hpp"
+#include "tests/common/own_loop.hpp"
 
 using namespace oncegate;
 using gateway::actor_caller;
@@ -178,33 +178,9 @@ CAF_TEST(a lookup and a store request answer their own types) {
   CAF_CHECK_EQUAL(counted[0].value, 1u);
 }
 
-// The HTTP threads' way (common/inline_execution.hpp): a loop of our own,
-// run by hand, stands for theirs.
-struct own_loop {
-  std::vector<std::function<void()>> queued;
-
-  explicit own_loop(caf::actor_system& sys) {
-    inline_exec::run_woken_actors_here(
-      sys, [this](std::function<void()> fn) { queued.push_back(fn); });
-  }
-
-  ~own_loop() {
-    inline_exec::stop_running_here();
-    queued.clear();
-  }
-
-  void run() {
-    while (!queued.empty()) {
-      auto fn = std::move(queued.front());
-      queued.erase(queued.begin());
-      fn();
-    }
-  }
-};
-
 CAF_TEST(a request sent alone runs its receivers on the sending loop) {
   actor_caller here{sys, true};
-  own_loop loop{sys};
+  test::own_loop loop{sys};
   auto ask_claim = [&](const std::string& key) {
     here.ask<claim_result>(n.shard_for("default", key),
                            [this](reply<claim_result> rep) {
@@ -253,7 +229,7 @@ CAF_TEST(a request sent alone runs its receivers on the sending loop) {
 CAF_TEST(what the loop did not run goes to the scheduler when it stops) {
   actor_caller here{sys, true};
   {
-    own_loop loop{sys};
+    test::own_loop loop{sys};
     here.ask<claim_result>(n.shard_for("default", "k"),
                            [this](reply<claim_result> rep) {
                              answers.push_back(std::move(rep));
