@@ -108,8 +108,10 @@ void deferring_unit::flush() {
 
 void deferring_unit::drain() {
   // Should anything throw out of a turn (CAF catches the actors' own
-  // exceptions), the loop's handler guard catches it: what is queued then
-  // goes to the scheduler, and the next wake-up schedules a drain again.
+  // exceptions), what is queued goes to the scheduler and the next wake-up
+  // schedules a drain again; the exception goes on to the loop (the HTTP
+  // threads' handler guard catches it; on the Raft thread it ends the
+  // process, as it would on a CAF worker).
   struct unwind {
     deferring_unit* unit;
     bool done = false;

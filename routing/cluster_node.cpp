@@ -635,8 +635,11 @@ start_cluster_node(caf::actor_system& sys, node_options opts,
   cx->bridge = result->bridge;
   // A request alone in flight runs the registry, the key actor and the
   // store on the thread that asked (an HTTP thread, or the Raft thread for
-  // another node's request): a cluster's store only proposes, it never
-  // waits for a disk (common/inline_execution.hpp).
+  // another node's request; common/inline_execution.hpp): a cluster's
+  // store proposes instead of committing, so what it does there is bounded
+  // reads on its read-only connection (a cold key's record, a list page),
+  // which in WAL mode wait for no writer, and which the Raft thread's own
+  // applies already exceed.
   result->caller = std::make_shared<gateway::actor_caller>(sys, true);
   cx->caller = result->caller;
   cx->peers = copts.peers;

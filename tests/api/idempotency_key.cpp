@@ -7,14 +7,14 @@
 #include <string_view>
 
 #include "common/sha256.hpp"
-#include "tests/api/expect.hpp"
+#include "tests/api/take_or_fail.hpp"
 #include "tests/common/checks.hpp"
 
 using namespace oncegate::gateway;
 using oncegate::sha256;
 using oncegate::to_hex;
 using oncegate::test::check_rows;
-using oncegate::test::expect;
+using oncegate::test::take_or_fail;
 
 namespace {
 
@@ -60,7 +60,7 @@ int64_t string_ts(std::string_view text) {
 }
 
 payload body_of(std::string_view json) {
-  return expect<payload>(parse_payload(json), "test body rejected");
+  return take_or_fail<payload>(parse_payload(json), "test body rejected");
 }
 
 std::string derived(std::string_view json) {
@@ -71,7 +71,7 @@ std::string derived(std::string_view json) {
 }
 
 rejection derive_failure(std::string_view json) {
-  return expect<rejection>(derive_key(body_of(json)), "key derived");
+  return take_or_fail<rejection>(derive_key(body_of(json)), "key derived");
 }
 
 // The inputs of a request on a route with `auth`; the raw body is `json`.
@@ -94,12 +94,12 @@ key_inputs no_auth(std::optional<std::string_view> header,
 }
 
 idempotency_key selected(const key_inputs& in) {
-  return expect<idempotency_key>(select_key(in, body_of(in.raw_body)),
+  return take_or_fail<idempotency_key>(select_key(in, body_of(in.raw_body)),
                                  "no key selected");
 }
 
 rejection select_failure(const key_inputs& in) {
-  return expect<rejection>(select_key(in, body_of(in.raw_body)),
+  return take_or_fail<rejection>(select_key(in, body_of(in.raw_body)),
                            "key selected");
 }
 
@@ -455,22 +455,22 @@ CAF_TEST(a text route keys on the header or the hash of its bytes) {
   auto body = text_payload(alert);
   CAF_CHECK_EQUAL(body.canonical, alert);
   CAF_CHECK(body.fields.empty());
-  auto key = expect<idempotency_key>(select_key(in, body), "no key");
+  auto key = take_or_fail<idempotency_key>(select_key(in, body), "no key");
   CAF_CHECK_EQUAL(key.value, to_hex(sha256(alert)));
   CAF_CHECK(key.source == key_source::text_body);
   // The header wins, and a malformed one is refused (never the hash).
   in.header = std::string_view{"tv-1"};
-  key = expect<idempotency_key>(select_key(in, body), "no key");
+  key = take_or_fail<idempotency_key>(select_key(in, body), "no key");
   CAF_CHECK_EQUAL(key.value, "tv-1");
   CAF_CHECK(key.source == key_source::header);
   in.header = std::string_view{"bad key"};
-  CAF_CHECK_EQUAL(expect<rejection>(select_key(in, body), "a key").type,
+  CAF_CHECK_EQUAL(take_or_fail<rejection>(select_key(in, body), "a key").type,
                   "invalid-key");
   // A JSON body on a text route is bytes too: members name nothing.
   constexpr std::string_view json = R"({"idempotency_key":"k"})";
   auto as_text = on_route(auth_mode::none, std::nullopt, json);
   as_text.text = true;
-  key = expect<idempotency_key>(select_key(as_text, text_payload(json)),
+  key = take_or_fail<idempotency_key>(select_key(as_text, text_payload(json)),
                                 "no key");
   CAF_CHECK_EQUAL(key.value, to_hex(sha256(json)));
 }

@@ -10,12 +10,12 @@
 
 #include "api/json_text.hpp"
 #include "common/sha256.hpp"
-#include "tests/api/expect.hpp"
+#include "tests/api/take_or_fail.hpp"
 #include "tests/common/checks.hpp"
 
 using namespace oncegate::gateway;
 using oncegate::test::check_rows;
-using oncegate::test::expect;
+using oncegate::test::take_or_fail;
 using oncegate::test::row;
 
 namespace {
@@ -30,7 +30,7 @@ std::string canon(std::string_view body, payload_limits limits = {}) {
 }
 
 rejection rejected(std::string_view body) {
-  return expect<rejection>(parse_payload(body), "body was accepted");
+  return take_or_fail<rejection>(parse_payload(body), "body was accepted");
 }
 
 // Checks that each body is refused as invalid UTF-8.

@@ -1,7 +1,8 @@
 #pragma once
 
 // The api's parsers answer a variant: a value or a rejection. A test that
-// expects one of the two takes it out with `expect`; when the other came
+// expects one of the two takes it out with `take_or_fail` (not
+// `expect`: CAF's test DSL has one, for messages); when the other came
 // back, the test fails and says what that was.
 
 #include <string>
@@ -36,7 +37,7 @@ inline const std::string& describe(const gateway::rejection& r) {
 /// The `T` in `result`; anything else fails the test with `unexpected`
 /// followed by a description of what came instead.
 template <class T, class... Ts>
-T expect(std::variant<Ts...> result, std::string_view unexpected) {
+T take_or_fail(std::variant<Ts...> result, std::string_view unexpected) {
   if (auto x = std::get_if<T>(&result))
     return std::move(*x);
   auto other = std::visit([](const auto& x) { return describe(x); }, result);
