@@ -492,52 +492,52 @@ CAF_TEST(an asynchronous sink settles an outcome of one on the thread that learn
   // worker woken for either.
   test::own_loop loop{sys};
   auto sink = respawn_held(2, {}, std::numeric_limits<uint64_t>::max());
-  auto one = ask<claim_result>(sys, store, claim_atom::value,
-                               make_claim("k1", 1000));
+  auto claim = [&](const char* key, int64_t now_ms) {
+    return ask<claim_result>(sys, store, claim_atom::value,
+                             make_claim(key, now_ms));
+  };
+  // Settles the oldest held batch: from the loop, with nothing for the
+  // scheduler, or by the scheduler, with nothing for the loop.
+  auto settle_here = [&] {
+    sink->settle_oldest();
+    CAF_CHECK(!sched.has_job());
+    loop.run();
+    CAF_CHECK(!sched.has_job());
+  };
+  auto settle_by_worker = [&] {
+    sink->settle_oldest();
+    CAF_CHECK(loop.queued.empty());
+    CAF_CHECK(sched.has_job());
+    sched.run();
+  };
+  auto accepted = [](const reply_slot<claim_result>& r) {
+    CAF_REQUIRE(*r && **r);
+    CAF_CHECK_EQUAL((**r)->outcome, decision::accepted);
+  };
+  auto one = claim("k1", 1000);
   sched.run();
   CAF_REQUIRE_EQUAL(sink->held.size(), 1u);
-  sink->settle_oldest();
-  CAF_CHECK(!sched.has_job());
-  CAF_CHECK(!*one);
-  loop.run();
-  CAF_REQUIRE(*one && **one);
-  CAF_CHECK_EQUAL((**one)->outcome, decision::accepted);
-  CAF_CHECK(!sched.has_job());
+  settle_here();
+  accepted(one);
   // A batch of two (load) is settled by the scheduler's workers: the
   // thread goes on with its own work.
-  std::vector<reply_slot<claim_result>> two;
-  for (auto key : {"k2", "k3"})
-    two.push_back(ask<claim_result>(sys, store, claim_atom::value,
-                                    make_claim(key, 2000)));
+  auto two = {claim("k2", 2000), claim("k3", 2000)};
   sched.run();
   CAF_REQUIRE_EQUAL(sink->held.size(), 1u);
   CAF_REQUIRE_EQUAL(sink->held.front().first.size(), 2u);
-  sink->settle_oldest();
-  CAF_CHECK(loop.queued.empty());
-  CAF_CHECK(sched.has_job());
-  sched.run();
-  for (auto& r : two) {
-    CAF_REQUIRE(*r && **r);
-    CAF_CHECK_EQUAL((**r)->outcome, decision::accepted);
-  }
+  settle_by_worker();
+  for (auto& r : two)
+    accepted(r);
   // So is a batch of one sent while another was in flight.
-  auto first = ask<claim_result>(sys, store, claim_atom::value,
-                                 make_claim("k4", 3000));
+  auto first = claim("k4", 3000);
   sched.run();
-  auto second = ask<claim_result>(sys, store, claim_atom::value,
-                                  make_claim("k5", 3000));
+  auto second = claim("k5", 3000);
   sched.run();
   CAF_REQUIRE_EQUAL(sink->held.size(), 2u);
-  sink->settle_oldest();
-  CAF_CHECK(!sched.has_job());
-  loop.run();
-  CAF_CHECK(*first && **first);
-  sink->settle_oldest();
-  CAF_CHECK(loop.queued.empty());
-  CAF_CHECK(sched.has_job());
-  sched.run();
-  CAF_REQUIRE(*second && **second);
-  CAF_CHECK_EQUAL((**second)->outcome, decision::accepted);
+  settle_here();
+  accepted(first);
+  settle_by_worker();
+  accepted(second);
 }
 
 CAF_TEST(outcomes are admitted whatever claims fill the queue) {
