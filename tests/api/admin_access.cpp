@@ -15,6 +15,7 @@
 #include "api/auth.hpp"
 #include "api/client_address.hpp"
 #include "api/webhook_handler.hpp"
+#include "tests/api/fake_node.hpp"
 
 using namespace oncegate;
 using namespace oncegate::gateway;
@@ -79,67 +80,6 @@ http_request request(std::string method, std::string target,
   return req;
 }
 
-// A node that knows no record and applies every update; counts what
-// reached it, so a test can tell that a refused request changed nothing.
-class counting_node : public node_service {
-public:
-  int claims = 0;
-  int updates = 0;
-  int lookups = 0;
-  int cluster_changes = 0;
-
-  void claim(claim_request req,
-             std::function<void(reply<claim_result>)> done) override {
-    ++claims;
-    reply<claim_result> res;
-    res.ok = true;
-    res.value.outcome = decision::accepted;
-    res.value.rec = make_record(req);
-    done(res);
-  }
-
-  void update(record_update,
-              std::function<void(reply<update_result>)> done) override {
-    ++updates;
-    reply<update_result> res;
-    res.ok = true;
-    done(res);
-  }
-
-  void lookup(std::string, std::string,
-              std::function<void(reply<lookup_result>)> done) override {
-    ++lookups;
-    reply<lookup_result> res;
-    res.ok = true;
-    done(res);
-  }
-
-  void list(std::string, record_state, std::string, uint32_t,
-            std::function<void(reply<record_page>)> done) override {
-    reply<record_page> res;
-    res.ok = true;
-    done(res);
-  }
-
-  void metrics(std::function<void(node_metrics)> done) override {
-    done({});
-  }
-
-  void ready(std::function<void(bool, std::string)> done) override {
-    done(true, {});
-  }
-
-  void change_cluster(cluster_op, uint64_t, uint16_t,
-                      std::function<void(reply<uint64_t>)> done) override {
-    ++cluster_changes;
-    done({});
-  }
-
-  int changes() const {
-    return updates + cluster_changes;
-  }
-};
-
 webhook_options gate_options(admin_options admin, proxy_options proxy = {}) {
   webhook_options opts;
   std::string error;
@@ -172,7 +112,7 @@ constexpr std::string_view outcome = R"({"status":200,"body":"done"})";
 
 // One dispatcher over a counting node.
 struct gate {
-  counting_node node;
+  test::fake_node node;
   webhook_handler handler;
 
   explicit gate(webhook_options opts) : handler(std::move(opts), node) {
@@ -797,7 +737,7 @@ CAF_TEST(route allowlists see the client a trusted proxy names) {
     hdrs.push_back(json_type);
     return g.send(request("POST", "/v1/webhook", std::move(remote),
                           std::move(hdrs),
-                          R"({"id":")" + std::to_string(g.node.claims)
+                          R"({"id":")" + std::to_string(g.node.seen.size())
                             + R"("})"));
   };
   CAF_CHECK_EQUAL(post("10.0.0.1", {{"x-forwarded-for", "1.2.3.4"}}).status,
@@ -817,5 +757,5 @@ CAF_TEST(route allowlists see the client a trusted proxy names) {
                 "forbidden");
   CHECK_PROBLEM(post("10.0.0.1", {{"forwarded", "for=1.2.3.4"}}), 403,
                 "forbidden");
-  CAF_CHECK_EQUAL(g.node.claims, 2);
+  CAF_CHECK_EQUAL(g.node.seen.size(), 2u);
 }

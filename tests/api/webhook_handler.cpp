@@ -12,76 +12,12 @@
 #include "common/sha256.hpp"
 #include "api/auth.hpp"
 #include "api/webhook_handler.hpp"
+#include "tests/api/fake_node.hpp"
 
 using namespace oncegate;
 using namespace oncegate::gateway;
 
 namespace {
-
-// Answers claims like a store that knows nothing but what it was told, and
-// records what reached it. The real actors are tested in actors.* and over
-// HTTP in process.*; this isolates the HTTP mapping.
-class scripted_node : public node_service {
-public:
-  std::vector<claim_request> seen;
-  std::optional<reply<claim_result>> next;
-  /// Set: claims are not answered until `answer_held`.
-  bool hold = false;
-  std::vector<std::function<void(reply<claim_result>)>> held;
-
-  void answer_held() {
-    auto waiting = std::move(held);
-    held.clear();
-    for (size_t i = 0; i < waiting.size(); ++i) {
-      reply<claim_result> res;
-      res.ok = true;
-      res.value.outcome = decision::accepted;
-      res.value.rec = make_record(seen[seen.size() - waiting.size() + i]);
-      waiting[i](res);
-    }
-  }
-
-  void claim(claim_request req,
-             std::function<void(reply<claim_result>)> done) override {
-    seen.push_back(req);
-    if (hold) {
-      held.push_back(std::move(done));
-      return;
-    }
-    if (next) {
-      done(*next);
-      return;
-    }
-    reply<claim_result> res;
-    res.ok = true;
-    res.value.outcome = decision::accepted;
-    res.value.rec = make_record(req);
-    done(res);
-  }
-
-  void update(record_update,
-              std::function<void(reply<update_result>)> done) override {
-    done({});
-  }
-
-  void lookup(std::string, std::string,
-              std::function<void(reply<lookup_result>)> done) override {
-    done({});
-  }
-
-  void list(std::string, record_state, std::string, uint32_t,
-            std::function<void(reply<record_page>)> done) override {
-    done({});
-  }
-
-  void metrics(std::function<void(node_metrics)> done) override {
-    done({});
-  }
-
-  void ready(std::function<void(bool, std::string)> done) override {
-    done(true, {});
-  }
-};
 
 // Routes `tv` and `tv-replay` take the token `s3cret` (`?token=`); the
 // second replays a duplicate's stored answer.
@@ -119,7 +55,7 @@ webhook_options default_options() {
 }
 
 struct fixture {
-  scripted_node claims;
+  test::fake_node claims;
   webhook_handler handler{default_options(), claims,
                           [] { return int64_t{1'700'000'000'000}; }};
   webhook_handler token_handler{token_options(), claims,
@@ -435,7 +371,7 @@ struct clock_fixture {
     = std::make_shared<clock_offset_monitor>(
       clock_offset_options{}, [this] { return cluster + ahead; },
       [this] { return steady; });
-  scripted_node claims;
+  test::fake_node claims;
   std::size_t sw_index = 0;
   webhook_handler handler{options(), claims, [this] { return cluster; },
                           [this] { return cluster + ahead; }};
