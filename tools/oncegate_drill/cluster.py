@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 
@@ -104,8 +103,11 @@ _ports_held = []
 
 def ports_lock_dir():
     """Where the per-port lock files live: one directory for every process
-    of the machine that picks ports here (tests, drills, bench)."""
-    path = os.path.join(tempfile.gettempdir(), "oncegate-ports")
+    of the machine that picks ports here (tests, drills, bench). Not under
+    $TMPDIR: processes with another TMPDIR (a test that sets its own) must
+    meet the same locks. The files stay (unlinking one that another
+    process has open would let two processes hold the same port)."""
+    path = "/tmp/oncegate-ports"
     try:
         os.mkdir(path, 0o1777)
         os.chmod(path, 0o1777)  # whoever runs next may be another user
