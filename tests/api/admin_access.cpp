@@ -110,7 +110,7 @@ const std::pair<std::string, std::string> json_type{"content-type",
                                                     "application/json"};
 constexpr std::string_view outcome = R"({"status":200,"body":"done"})";
 
-// One dispatcher over a counting node.
+// One dispatcher over the fake node (it counts what reached it).
 struct gate {
   test::fake_node node;
   webhook_handler handler;
