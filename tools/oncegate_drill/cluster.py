@@ -124,7 +124,7 @@ def hold_port(port):
     a restarting node of its own had let go for a moment)."""
     path = os.path.join(ports_lock_dir(), "%d.lock" % port)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError:
         return False
     try:
