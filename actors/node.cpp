@@ -166,8 +166,18 @@ caf::expected<node> start_node(caf::actor_system& sys, node_options opts,
     opts.on_store_clock(*clock);
   }
   std::shared_ptr<persistence::sqlite_store> shared{std::move(*db)};
+  // Reads on a connection of their own while the writer commits elsewhere.
+  std::shared_ptr<persistence::sqlite_store> reader;
+  if (opts.commit_thread && !opts.detached_store) {
+    auto rd = persistence::sqlite_store::open_reader(opts.store);
+    if (!rd)
+      return std::move(rd.error());
+    reader = std::move(*rd);
+  }
   auto store = persistence::spawn_store(
-    sys, std::make_shared<persistence::local_sink>(std::move(shared)),
+    sys,
+    std::make_shared<persistence::local_sink>(std::move(shared),
+                                              std::move(reader), &sys),
     opts.store_actor, opts.detached_store);
   return spawn_node_actors(sys, std::move(store), opts, std::move(now));
 }

@@ -28,6 +28,12 @@ struct node_options {
   /// Spawn the store detached (production). Tests with a deterministic
   /// scheduler set this to false.
   bool detached_store = true;
+  /// A single node's store on the scheduler commits on a thread of the
+  /// sink's own, or on the HTTP thread that asks when it runs the actors
+  /// it wakes (`persistence::local_sink` with a reader connection). Off:
+  /// the store commits on its own turn (detached, or in tests with a
+  /// deterministic scheduler).
+  bool commit_thread = false;
   /// Told the store's clock (`sqlite_store::clock_ms`) once the database is
   /// open, before anything is decided: the node's clock moves forward to it
   /// when it is behind (a start with a clock that was set back), so that

@@ -60,6 +60,9 @@ node_config::node_config() {
     .add(response_timeout, "response-timeout",
          "time from request to response before 503 (bounds every decision)")
     .add(max_connections, "max-connections", "open connections at most")
+    .add(stall_rescue, "stall-rescue",
+         "one HTTP thread stuck this long in a commit (a stalled disk) gets "
+         "a second thread serving the other requests until it returns")
     .add(shutdown_grace, "shutdown-grace",
          "longest wait for in-flight requests on shutdown")
     .add(tls_certificate, "tls-certificate",
@@ -110,8 +113,9 @@ node_config::node_config() {
          "cluster node: write the WAL out each time it grew by this many "
          "pages (0: only at checkpoints)")
     .add(store_on_scheduler, "on-scheduler",
-         "run the store actor on CAF's workers instead of its own thread "
-         "(default: on for a cluster node, off for a single node)")
+         "run the store actor on CAF's workers (a single node commits on "
+         "the asking HTTP thread when idle, else on a commit thread) "
+         "instead of a thread of its own")
     .add(max_pages, "max-pages",
          "largest database in 4 KiB pages (0: unlimited; 503 beyond)");
   opt_group{custom_options_, "admin"}
@@ -216,7 +220,8 @@ const std::vector<help_group>& node_config::help_groups() {
       {"http.response-timeout", "time to a decision (503 beyond)"},
       {"http.shutdown-grace", "wait for requests in flight on stop"},
       {"http-threads", "threads serving HTTP"}},
-     {"http.header-limit", "http.forwarded-headers", "http.forwarded-limit"}},
+     {"http.header-limit", "http.forwarded-headers", "http.forwarded-limit",
+      "http.stall-rescue"}},
     {"routes",
      {"[route.NAME] sections (POST /v1/webhook/NAME): auth secret secret-env",
       "  secret-file ttl on-duplicate body-limit allow tolerance upstream",
@@ -468,6 +473,7 @@ std::string node_config::validate() const {
                   span_rule{"http.idle-timeout", idle_timeout, false},
                   span_rule{"http.response-timeout", response_timeout, false},
                   span_rule{"http.shutdown-grace", shutdown_grace, true},
+                  span_rule{"http.stall-rescue", stall_rescue, false},
                   span_rule{"alarm.max-interval", alarm_max_interval, false},
                   span_rule{"cluster.remote-timeout", remote_timeout, false},
                   span_rule{"cluster.leader-wait", leader_wait, true},
@@ -549,11 +555,6 @@ std::string node_config::validate() const {
   return log::check(log_opts());
 }
 
-void node_config::settle_defaults() {
-  if (!caf::get_if<bool>(&content, "store.on-scheduler"))
-    store_on_scheduler = clustered();
-}
-
 node_options node_config::node_opts() const {
   node_options res;
   res.data_dir = data_dir;
@@ -562,6 +563,7 @@ node_options node_config::node_opts() const {
   res.store.max_pages = max_pages;
   res.store.accept_wal_loss = accept_wal_loss;
   res.detached_store = !store_on_scheduler;
+  res.commit_thread = store_on_scheduler && !clustered();
   res.store_actor.max_batch = static_cast<uint32_t>(max_batch);
   res.store_actor.max_pending = static_cast<uint32_t>(max_pending);
   res.store_actor.max_pending_bytes = max_pending_bytes;
@@ -598,6 +600,7 @@ http_server_options node_config::http_opts() const {
   res.response_timeout = to_ms(response_timeout);
   res.max_connections = max_connections;
   res.shutdown_grace = to_ms(shutdown_grace);
+  res.stall_rescue = std::max(to_ms(stall_rescue), std::chrono::milliseconds{1});
   res.tls_handshake_timeout = to_ms(tls_handshake_timeout);
   return res;
 }
@@ -832,7 +835,7 @@ int64_t node_config::in_flight_deadline_ms(const webhook_options& web) const {
 routed_service_options node_config::service_opts() const {
   routed_service_options res;
   res.service.actors = gateway_actors;
-  res.service.run_woken_here = !store_on_scheduler;
+  res.service.run_woken_here = true;
   res.leader_wait = leader_wait;
   res.max_background = max_background;
   res.max_background_bytes = max_background_bytes;

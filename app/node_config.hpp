@@ -105,16 +105,6 @@ public:
     return cluster_id != 0;
   }
 
-  /// Sets the options whose default depends on other options, unless they
-  /// were given; once parsed, before anything reads them (the check mode
-  /// prints them settled). `store.on-scheduler`: on for a cluster node, off
-  /// for a single node. A single node's store fsyncs every commit, which
-  /// must not block the actors' worker; a cluster node's never waits for
-  /// its disk (the Raft log is the durable copy, written on libraft's
-  /// thread), and a thread of its own cost two thread switches per
-  /// decision there (docs/benchmarks.md, session 17).
-  void settle_defaults();
-
   /// The cluster part of the configuration; nothing (with `error` naming
   /// the key) when a peer does not parse or this node is not among them.
   std::optional<cluster::cluster_options>
@@ -178,6 +168,7 @@ public:
   caf::timespan body_timeout = http_server_options{}.body_timeout;
   caf::timespan idle_timeout = http_server_options{}.idle_timeout;
   caf::timespan response_timeout = http_server_options{}.response_timeout;
+  caf::timespan stall_rescue = http_server_options{}.stall_rescue;
   size_t max_connections = http_server_options{}.max_connections;
   caf::timespan shutdown_grace = http_server_options{}.shutdown_grace;
   std::string tls_certificate;
@@ -209,8 +200,14 @@ public:
   size_t wal_writeout_pages =
     persistence::store_options{}.wal_writeout_pages;
   size_t max_pages = persistence::store_options{}.max_pages;
-  /// Settled by `settle_defaults`.
-  bool store_on_scheduler = false;
+  /// `store.on-scheduler`. A cluster node's store never waits for its
+  /// disk (the Raft log is the durable copy, written on libraft's thread),
+  /// and a thread of its own cost two thread switches per decision there
+  /// (docs/benchmarks.md, session 17). A single node's commits then run on
+  /// the HTTP thread that asks while it is alone, else on the sink's
+  /// commit thread, never on a worker (`persistence::local_sink`;
+  /// session 24). Off: the store on a thread of its own, which commits.
+  bool store_on_scheduler = true;
 
   // [admin]
   std::string admin_token;

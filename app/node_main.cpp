@@ -448,7 +448,6 @@ int run_node(int argc, char** argv, const run_options& ro) {
     std::cerr << "oncegate: bad configuration: " << problem << '\n';
     return 2;
   }
-  cfg.settle_defaults();
   std::string error;
   auto web = cfg.webhook_opts(process_env, error);
   if (!web) {

@@ -8,8 +8,9 @@
 # connections, WRK_SECONDS, default 5) and reads every thread's voluntary
 # context switches and CPU time (user + system) from /proc before and after.
 # Prints p50 / p99 / req/s, then per thread: its name (CAF 0.17 names its
-# scheduler workers "caf.multiplexer" and detached actors such as the store
-# "caf.actor"; the main thread runs HTTP), switches per request and CPU
+# scheduler workers "caf.multiplexer" and detached actors such as a store
+# with `on-scheduler = false` "caf.actor"; a single node's commit thread is
+# "oncegate.commit"; the main thread runs HTTP), switches per request and CPU
 # microseconds per request. Needs wrk. Everything it starts is stopped on
 # exit; every wait is bounded.
 set -euo pipefail

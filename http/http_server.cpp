@@ -186,12 +186,74 @@ void http_server::impl::fit_fd_limit() {
 // than ending the process and every request in it.
 void http_server::impl::serve() {
   if (opts.on_loop_start)
-    opts.on_loop_start(
-      [this](std::function<void()> fn) { net::post(ioc, std::move(fn)); });
+    opts.on_loop_start([this](std::function<void()> fn) {
+      net::post(ioc, [this, fn = std::move(fn)] { run_job(fn); });
+    });
   while (!detail::run_guarded(0, 0, "event_loop", [this] { ioc.run(); }))
     continue;
   if (opts.on_loop_end)
     opts.on_loop_end();
+}
+
+namespace {
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           std::chrono::steady_clock::now().time_since_epoch())
+    .count();
+}
+
+} // namespace
+
+void http_server::impl::run_job(const std::function<void()>& job) {
+  // Watched only on the one loop thread (the watcher runs such jobs too
+  // while it rescues; they never block there: nothing commits on a thread
+  // that does not run its own loop).
+  if (opts.threads > 1 || opts.stall_rescue.count() <= 0
+      || std::this_thread::get_id() != loop_thread) {
+    job();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> guard{rescue_mtx};
+    job_since = steady_ns();
+  }
+  struct done {
+    impl* self;
+    ~done() {
+      std::unique_lock<std::mutex> guard{self->rescue_mtx};
+      self->job_since = 0;
+      self->rescue_cv.wait(guard, [this] { return !self->rescuing; });
+    }
+  } ending{this};
+  job();
+}
+
+void http_server::impl::watch() {
+  auto period = opts.stall_rescue;
+  std::unique_lock<std::mutex> guard{rescue_mtx};
+  for (;;) {
+    rescue_cv.wait_for(guard, period, [this] { return watch_stopped; });
+    if (watch_stopped)
+      return;
+    if (job_since == 0
+        || steady_ns() - job_since
+             < std::chrono::duration_cast<std::chrono::nanoseconds>(period)
+                 .count())
+      continue;
+    rescuing = true;
+    log::gateway()->warn("http.loop_rescued stalled_ms={}",
+                         (steady_ns() - job_since) / 1'000'000);
+    while (job_since != 0 && !watch_stopped && !ioc.stopped()) {
+      guard.unlock();
+      detail::run_guarded(0, 0, "event_loop_rescue", [this, period] {
+        ioc.run_one_for(period);
+      });
+      guard.lock();
+    }
+    rescuing = false;
+    rescue_cv.notify_all();
+  }
 }
 
 void http_server::impl::session_closed(uint64_t id) {
@@ -372,9 +434,22 @@ void http_server::run(bool handle_signals) {
   std::vector<std::thread> extra;
   for (unsigned i = 1; i < std::max(1u, st.opts.threads); ++i)
     extra.emplace_back([ptr = impl_] { ptr->serve(); });
+  std::thread watcher;
+  if (st.opts.threads <= 1 && st.opts.stall_rescue.count() > 0) {
+    st.loop_thread = std::this_thread::get_id();
+    watcher = std::thread{[ptr = impl_] { ptr->watch(); }};
+  }
   st.serve();
   for (auto& t : extra)
     t.join();
+  if (watcher.joinable()) {
+    {
+      std::lock_guard<std::mutex> guard{st.rescue_mtx};
+      st.watch_stopped = true;
+    }
+    st.rescue_cv.notify_all();
+    watcher.join();
+  }
 }
 
 void http_server::stop() {

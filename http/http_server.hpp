@@ -58,6 +58,12 @@ struct http_server_options {
   std::function<void(std::function<void(std::function<void()>)>)>
     on_loop_start;
   std::function<void()> on_loop_end;
+  /// With one loop thread: a job queued that way which has run this long
+  /// (a commit on the asking thread stalled by its disk) gets a second
+  /// thread to serve the loop until it returns, one handler at a time, so
+  /// that other requests, probes and timeouts are still answered. Checked
+  /// every `stall_rescue` by a thread that does nothing else. 0: never.
+  std::chrono::milliseconds stall_rescue{20};
 };
 
 /// An asynchronous HTTP/1.1 server (Boost.Beast). It never blocks its

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -67,6 +69,17 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
   /// Under `tls_mtx`, taken once per accepted TLS connection.
   std::mutex tls_mtx;
   std::shared_ptr<const server_tls> tls;
+  // The stall rescue (`stall_rescue`, one loop thread only). A queued job
+  // runs on the loop's thread since `job_since` (steady ns; 0: none);
+  // while `rescuing`, the watcher serves the loop and the job's thread,
+  // done, waits for it before serving again (no strands: one thread runs
+  // handlers at a time). All three under `rescue_mtx`.
+  std::mutex rescue_mtx;
+  std::condition_variable rescue_cv;
+  int64_t job_since = 0;
+  bool rescuing = false;
+  bool watch_stopped = false;
+  std::thread::id loop_thread;
 
   impl(const http_server_options& o, request_handler& h)
     : opts(o),
@@ -91,6 +104,10 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
   void on_accept_error(beast::error_code ec);
   void fit_fd_limit();
   void serve();
+  /// Runs `job` queued by `on_loop_start`'s deferrer (see `rescue`).
+  void run_job(const std::function<void()>& job);
+  /// The watcher: rescues the loop from a job stalled past `stall_rescue`.
+  void watch();
   void begin_stop();
   void session_closed(uint64_t id);
   void sweep();

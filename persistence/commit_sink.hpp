@@ -34,6 +34,12 @@ struct sink_traits {
   /// wait for the answer) instead of failing it with
   /// `errc::store_unavailable` (it never left this node: nothing happened).
   bool commit_on_exit = true;
+  /// The thread that learns an outcome runs the store for it whatever the
+  /// batch's size (a thread of the sink's own, with nothing else to do;
+  /// the key actors of a batch of more than one still go to the
+  /// scheduler). Otherwise only an outcome of one, as the sink's callback
+  /// then says (see `commit`).
+  bool settle_where_learnt = false;
 };
 
 /// Where the store actor (`spawn_store`) hands its batches: the seam below

@@ -202,6 +202,23 @@ using store_pointer = store_actor::stateful_pointer<store_state>;
 void settle(store_pointer self, std::vector<waiter>& waiting,
             batch_outcome& out, clock_type::time_point started) {
   auto& st = self->state;
+  // The store's own unit again however `settle` ends: its exit (an
+  // exception ends the actor) must not reach a unit the state frees.
+  struct restore {
+    store_pointer self;
+    caf::execution_unit* ctx;
+    ~restore() {
+      self->context(ctx);
+    }
+  };
+  if (waiting.size() != 1 && st.traits.settle_where_learnt) {
+    // Learnt on the sink's thread: the key actors of a batch go to the
+    // workers, which answer them while that thread commits the next one.
+    restore guard{self, self->context()};
+    self->context(nullptr);
+    st.settle(waiting, out, started);
+    return;
+  }
   if (!st.opts.answer_here || waiting.size() != 1) {
     st.settle(waiting, out, started);
     return;
@@ -209,15 +226,7 @@ void settle(store_pointer self, std::vector<waiter>& waiting,
   if (!st.here)
     st.here = std::make_unique<inline_exec::collecting_unit>(self->system());
   {
-    // The store's own unit again however `settle` ends: its exit (an
-    // exception ends the actor) must not reach a unit the state frees.
-    struct restore {
-      store_pointer self;
-      caf::execution_unit* ctx;
-      ~restore() {
-        self->context(ctx);
-      }
-    } guard{self, self->context()};
+    restore guard{self, self->context()};
     self->context(st.here.get());
     st.settle(waiting, out, started);
   }
@@ -277,12 +286,15 @@ void flush(store_pointer self) {
     // settles it: that thread (with 8 partitions a node's busiest) goes
     // on with the log. (Judged when proposed: a burst that arrives before
     // the outcome is met by the drain's bounds, 8 actors of 16 messages.)
-    auto one = n == 1 && st.pending.empty() && st.in_flight.empty();
-    auto out = st.sink->commit(batch, [hdl, seq, one](batch_outcome res) {
+    // A sink with a thread of its own for nothing else settles every batch
+    // there (`settle_where_learnt`).
+    auto here = (n == 1 && st.pending.empty() && st.in_flight.empty())
+                || st.traits.settle_where_learnt;
+    auto out = st.sink->commit(batch, [hdl, seq, here](batch_outcome res) {
       hdl->enqueue(caf::make_mailbox_element(
                      nullptr, caf::make_message_id(), {},
                      commit_outcome{seq, std::move(res)}),
-                   one ? inline_exec::here() : nullptr);
+                   here ? inline_exec::here() : nullptr);
     });
     if (out) {
       settle(self, waiting, *out, started);

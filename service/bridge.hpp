@@ -43,9 +43,9 @@ struct service_options {
   /// Bridge actors sharing the load (round robin).
   std::size_t actors = 1;
   /// The single node's requests sent alone from an HTTP thread run the
-  /// actors they wake on that thread (common/inline_execution.hpp). Only
-  /// where the store has a thread of its own: a store on the scheduler
-  /// would then commit on the HTTP thread.
+  /// actors they wake on that thread (common/inline_execution.hpp): the
+  /// registry and the key actor, and a store on the scheduler with its
+  /// commit (`persistence::local_sink`).
   bool run_woken_here = false;
 };
 

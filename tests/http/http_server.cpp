@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -536,6 +538,95 @@ CAF_TEST(several server threads keep the answers of each connection in order) {
     }
   CAF_CHECK_EQUAL(in_order, connections * requests);
   clients.clear();
+  server->stop();
+  runner.join();
+}
+
+namespace {
+
+// `/stall` queues a job on the loop (as the node queues the actors a
+// request wakes) which blocks until `release`, as a commit on a stalled
+// disk would, and answers at once; anything else is 200.
+class stalling_handler : public request_handler {
+public:
+  std::function<void(std::function<void()>)> defer;
+
+  void handle(http_request req, responder done) override {
+    if (req.path() == "/stall")
+      defer([this] {
+        std::unique_lock<std::mutex> guard{mtx_};
+        stalled_ = true;
+        cv_.notify_all();
+        // Bounded: a test that never releases fails, it does not hang.
+        cv_.wait_for(guard, std::chrono::seconds(30),
+                     [this] { return released_; });
+      });
+    http_response res;
+    res.set("Content-Type", "text/plain");
+    res.body = "ok";
+    done(std::move(res));
+  }
+
+  bool wait_stalled() {
+    std::unique_lock<std::mutex> guard{mtx_};
+    return cv_.wait_for(guard, std::chrono::seconds(30),
+                        [this] { return stalled_; });
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    released_ = true;
+    cv_.notify_all();
+  }
+
+private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool stalled_ = false;
+  bool released_ = false;
+};
+
+} // namespace
+
+CAF_TEST(a queued job that stalls the one loop thread does not stop serving) {
+  stalling_handler handler;
+  http_server_options opts;
+  opts.host = "127.0.0.1";
+  opts.port = 0;
+  opts.stall_rescue = std::chrono::milliseconds(20);
+  opts.on_loop_start = [&](std::function<void(std::function<void()>)> d) {
+    handler.defer = std::move(d);
+  };
+  std::string error;
+  auto server = http_server::listen(opts, handler, error);
+  CAF_REQUIRE(server);
+  std::thread runner([&] { server->run(false); });
+  raw_client first{server->port()};
+  first.send(get("/stall"));
+  auto res = first.read();
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 200);
+  CAF_REQUIRE(handler.wait_stalled());
+  // The loop's thread is stuck in the job: the watcher serves meanwhile,
+  // new connections and the stalled request's own connection alike.
+  for (int i = 0; i < 3; ++i) {
+    raw_client other{server->port()};
+    other.send(get("/ok"));
+    auto ans = other.read();
+    CAF_REQUIRE(ans);
+    CAF_CHECK_EQUAL(ans->status, 200);
+  }
+  first.send(get("/ok"));
+  res = first.read();
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 200);
+  handler.release();
+  // And the loop's own thread serves again after the job.
+  raw_client after{server->port()};
+  after.send(get("/ok"));
+  res = after.read();
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 200);
   server->stop();
   runner.join();
 }

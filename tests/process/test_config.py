@@ -247,14 +247,16 @@ class ConfigTest(unittest.TestCase):
                              capture_output=True, timeout=30)
         return out.returncode, (out.stdout + out.stderr).decode()
 
-    def test_the_store_runs_on_the_scheduler_by_default_only_in_a_cluster(self):
-        # A single node's store fsyncs each commit: its own thread. A
-        # cluster node's never waits for its disk: the actors' worker.
-        # Given explicitly (flag or file), the setting wins either way.
+    def test_the_store_runs_on_the_scheduler_unless_the_file_says_no(self):
+        # Every node kind: a cluster node's store never waits for its disk,
+        # a single node's commits on the asking HTTP thread or its sink's
+        # commit thread. The file can turn it off (a CAF 0.17 flag can only
+        # turn a switch on).
         cluster = ('[cluster]\nid=1\ninsecure=true\n'
                    'peers=["1=127.0.0.1:7101"]\n')
         for ini, args, expected in (
-                ("", (), "false"),
+                ("", (), "true"),
+                ("[store]\non-scheduler=false\n", (), "false"),
                 ("", ("--store.on-scheduler",), "true"),
                 ("[store]\non-scheduler=true\n", (), "true"),
                 (cluster, (), "true"),
