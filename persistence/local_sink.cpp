@@ -92,10 +92,11 @@ local_sink::~local_sink() {
 }
 
 sink_traits local_sink::traits() const {
-  // Unbounded in bytes (nothing keeps a batch in memory after COMMIT), and
-  // what is queued at exit still commits.
+  // One batch at a time (see the class), unbounded in bytes (nothing keeps
+  // a batch in memory after COMMIT), and what is queued at exit still
+  // commits.
   sink_traits res;
-  res.max_in_flight = reader_ ? 2 : 1;
+  res.max_in_flight = 1;
   res.settle_where_learnt = reader_ && sys_;
   return res;
 }
@@ -118,7 +119,8 @@ std::optional<batch_outcome> local_sink::commit(std::vector<command>& batch,
     return c_->apply(batch);
   {
     std::lock_guard<std::mutex> guard{c_->mtx};
-    // Here only with nothing ahead of it (batches are numbered in order);
+    // Here only with nothing ahead of it (batches are numbered in order;
+    // the store waits for each outcome, but the sink does not rely on it);
     // the store hands no other batch over before this call returns.
     if (on_sink_thread || !inline_exec::here() || c_->busy
         || !c_->jobs.empty()) {

@@ -27,11 +27,13 @@ namespace oncegate::persistence {
 ///   and answered by one thread; on a thread of the sink's own otherwise,
 ///   so that a scheduler worker never waits for the disk and the store
 ///   gathers the next batch meanwhile. That thread runs the store for the
-///   outcome it learnt (the store then hands it the next batch at once, as
-///   a detached store commits its next batch), and holds two batches at
-///   most. A batch is applied on the asking thread only when the sink's
-///   thread holds none, and never on the sink's thread inside the store's
-///   turn (the answers of the batch before would wait for that commit).
+///   outcome it learnt, so the store hands it the next batch at once, as a
+///   detached store commits its next batch (one batch in flight: a second
+///   one handed over early was smaller, and cost 10 % of the rate at 50
+///   connections, docs/benchmarks.md session 24). A batch is applied on
+///   the asking thread only when the sink's thread holds none, and never
+///   on the sink's thread inside the store's turn (the answers of the
+///   batch before would wait for that commit).
 ///   Reads go to the reader: it sees every batch whose outcome was
 ///   delivered, and never one half-written.
 class local_sink final : public commit_sink {

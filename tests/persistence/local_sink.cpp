@@ -186,7 +186,7 @@ CAF_TEST_FIXTURE_SCOPE(local_sink_tests, fixture)
 
 CAF_TEST(a loop thread commits its batch itself when the sink holds none) {
   local_sink sink{writer, reader};
-  CAF_CHECK_EQUAL(sink.traits().max_in_flight, 2u);
+  CAF_CHECK_EQUAL(sink.traits().max_in_flight, 1u);
   test::own_loop loop{sys};
   auto batch = batch_of("k1");
   auto out = sink.commit(batch, [](batch_outcome) { CAF_FAIL("called"); });
