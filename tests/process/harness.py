@@ -225,14 +225,20 @@ def join_threads(threads, timeout):
 class UniqueKeyLoad:
     """Load on one node: `senders` threads, each posting keys of its own
     ("TAG-sSENDER-N", body {"k": key}) until `stop()`, or until the node
-    goes away under it. `acked` is every key answered 200."""
+    goes away under it. `acked` is every key answered 200. With `kill_at`,
+    the sender whose answer makes it the `kill_at`-th 200 SIGKILLs the node
+    at once: a crash right behind an answer, while the commits around it
+    are still in flight (a poll from another thread would land anywhere up
+    to its interval later)."""
 
     KEYS_PER_SENDER = 100000
 
-    def __init__(self, node, tag, senders):
+    def __init__(self, node, tag, senders, kill_at=None):
         self.node = node
         self.tag = tag
         self.acked = []
+        self._kill_at = kill_at
+        self._pid = node.proc.pid if node.proc is not None else None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads = start_threads(self._send, range(senders))
@@ -249,6 +255,9 @@ class UniqueKeyLoad:
             if status == 200:
                 with self._lock:
                     self.acked.append(key)
+                    if len(self.acked) == self._kill_at:
+                        # The node's own process (Node.kill reaps it).
+                        os.kill(self._pid, signal.SIGKILL)
 
     def stop(self, timeout=15):
         """Stops the senders; True when each ended within `timeout` s."""
