@@ -4,6 +4,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -94,7 +95,9 @@ local_sink::~local_sink() {
 sink_traits local_sink::traits() const {
   // One batch at a time (see the class), unbounded in bytes (nothing keeps
   // a batch in memory after COMMIT), and what is queued at exit still
-  // commits.
+  // commits: all of it where the store commits itself, the batch it holds
+  // where the sink's thread does (the store then fails what it queued
+  // behind it unsent; at exit the HTTP requests are all answered).
   sink_traits res;
   res.max_in_flight = 1;
   res.settle_where_learnt = reader_ && sys_;
@@ -165,7 +168,16 @@ void local_sink::committer::run(std::shared_ptr<committer> self) {
     self->jobs.pop_front();
     self->busy = true;
     guard.unlock();
-    auto out = self->apply(next.batch);
+    batch_outcome out = make_error(errc::storage_failure, "not applied");
+    try {
+      out = self->apply(next.batch);
+    } catch (const std::exception& e) {
+      // No actor around to catch it (on the HTTP thread or a worker CAF
+      // would): the batch fails as a failed COMMIT does, not the process.
+      self->db->rollback();
+      out = make_error(errc::storage_failure,
+                       std::string{"commit threw: "} + e.what());
+    }
     guard.lock();
     self->busy = false;
     ++self->own_commits;
