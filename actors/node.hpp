@@ -25,8 +25,9 @@ struct node_options {
   /// Registry shards; a key always maps to the same shard.
   uint32_t registry_shards = 1;
   alarm_options alarm;
-  /// Spawn the store detached (production). Tests with a deterministic
-  /// scheduler set this to false.
+  /// Spawn the store detached (`store.on-scheduler = false`; the node's
+  /// configuration sets it). Tests with a deterministic scheduler set this
+  /// to false and leave `commit_thread` off.
   bool detached_store = true;
   /// A single node's store on the scheduler commits on a thread of the
   /// sink's own, or on the HTTP thread that asks when it runs the actors

@@ -563,7 +563,7 @@ node_options node_config::node_opts() const {
   res.store.max_pages = max_pages;
   res.store.accept_wal_loss = accept_wal_loss;
   res.detached_store = !store_on_scheduler;
-  res.commit_thread = store_on_scheduler && !clustered();
+  res.commit_thread = store_on_scheduler;
   res.store_actor.max_batch = static_cast<uint32_t>(max_batch);
   res.store_actor.max_pending = static_cast<uint32_t>(max_pending);
   res.store_actor.max_pending_bytes = max_pending_bytes;
@@ -835,7 +835,6 @@ int64_t node_config::in_flight_deadline_ms(const webhook_options& web) const {
 routed_service_options node_config::service_opts() const {
   routed_service_options res;
   res.service.actors = gateway_actors;
-  res.service.run_woken_here = true;
   res.leader_wait = leader_wait;
   res.max_background = max_background;
   res.max_background_bytes = max_background_bytes;

@@ -206,11 +206,10 @@ int64_t steady_ns() {
 } // namespace
 
 void http_server::impl::run_job(const std::function<void()>& job) {
-  // Watched only on the one loop thread (the watcher runs such jobs too
-  // while it rescues; they never block there: nothing commits on a thread
-  // that does not run its own loop).
-  if (opts.threads > 1 || opts.stall_rescue.count() <= 0
-      || std::this_thread::get_id() != loop_thread) {
+  // Watched only on the one loop thread, set when there is a watcher (it
+  // runs such jobs too while it rescues; they never block there: nothing
+  // commits on a thread that does not run its own loop).
+  if (std::this_thread::get_id() != loop_thread) {
     job();
     return;
   }

@@ -104,7 +104,7 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
   void on_accept_error(beast::error_code ec);
   void fit_fd_limit();
   void serve();
-  /// Runs `job` queued by `on_loop_start`'s deferrer (see `rescue`).
+  /// Runs `job` queued by `on_loop_start`'s deferrer (see `watch`).
   void run_job(const std::function<void()>& job);
   /// The watcher: rescues the loop from a job stalled past `stall_rescue`.
   void watch();

@@ -29,13 +29,12 @@ namespace oncegate::persistence {
 ///   gathers the next batch meanwhile. That thread runs the store for the
 ///   outcome it learnt, so the store hands it the next batch at once, as a
 ///   detached store commits its next batch (one batch in flight: a second
-///   one handed over early was smaller, and cost 10 % of the rate at 50
-///   connections, docs/benchmarks.md session 24). A batch is applied on
-///   the asking thread only when the sink's thread holds none, and never
-///   on the sink's thread inside the store's turn (the answers of the
-///   batch before would wait for that commit).
-///   Reads go to the reader: it sees every batch whose outcome was
-///   delivered, and never one half-written.
+///   one handed over early was smaller and lost rate at 50 connections,
+///   docs/benchmarks.md session 24). A batch is applied on the asking
+///   thread only when the sink's thread holds none, and never on the
+///   sink's thread inside the store's turn (the answers of the batch
+///   before would wait for that commit). Reads go to the reader: it sees
+///   every batch whose outcome was delivered, and never one half-written.
 class local_sink final : public commit_sink {
 public:
   /// `db` is the writer; the store actor (and the sink's thread for it)
@@ -64,8 +63,9 @@ public:
   caf::error refusal() override;
 
   /// Applies `batch` as the next index, here or behind what the sink's
-  /// thread holds (see the class). Here: returns the outcome after COMMIT returned. There:
-  /// takes the batch's commands and calls `done` once from that thread.
+  /// thread holds (see the class). Here: returns the outcome after COMMIT
+  /// returned. There: takes the batch's commands and calls `done` once
+  /// from that thread.
   std::optional<batch_outcome> commit(std::vector<command>& batch,
                                       commit_callback done) override;
 

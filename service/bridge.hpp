@@ -42,11 +42,6 @@ struct service_options {
   caf::timespan probe_timeout = std::chrono::seconds(2);
   /// Bridge actors sharing the load (round robin).
   std::size_t actors = 1;
-  /// The single node's requests sent alone from an HTTP thread run the
-  /// actors they wake on that thread (common/inline_execution.hpp): the
-  /// registry and the key actor, and a store on the scheduler with its
-  /// commit (`persistence::local_sink`).
-  bool run_woken_here = false;
 };
 
 /// Runs jobs handed over from any thread (a fire-and-forget message, never

@@ -14,7 +14,11 @@ class local_service : public node_service {
 public:
   local_service(caf::actor_system& sys, const node& n, service_options opts)
     : node_(n), opts_(opts), bridge_(sys, opts.actors),
-      caller_(sys, opts.run_woken_here) {
+      // A request sent alone from an HTTP thread runs the actors it wakes on
+      // that thread (common/inline_execution.hpp): the registry, the key
+      // actor, and a store on the scheduler with its commit
+      // (`persistence::local_sink`).
+      caller_(sys, true) {
   }
 
   void claim(claim_request req,

@@ -254,10 +254,11 @@ class UniqueKeyLoad:
                 return  # the node died under us
             if status == 200:
                 with self._lock:
-                    self.acked.append(key)
-                    if len(self.acked) == self._kill_at:
-                        # The node's own process (Node.kill reaps it).
+                    # Killed before the key counts: whoever waits for the
+                    # count reaps the process only after this kill.
+                    if len(self.acked) + 1 == self._kill_at:
                         os.kill(self._pid, signal.SIGKILL)
+                    self.acked.append(key)
 
     def stop(self, timeout=15):
         """Stops the senders; True when each ended within `timeout` s."""

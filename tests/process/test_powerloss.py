@@ -55,11 +55,9 @@ class PowerlossTest(unittest.TestCase):
 
     def load_and_cut(self, node, cycle):
         """Sends unique keys until ACKS_BEFORE_CUT were answered 200, then
-        SIGKILLs the node (from the sender that got that answer, at once:
-        the commits of the answers around it are still syncing, which is
-        where an answer given before its sync ended is lost; a poll
-        missed it often once an idle node commits on the thread that
-        answers); returns every key answered 200."""
+        SIGKILLs the node (from the sender that got that answer, at once,
+        while the commits of the answers around it are still syncing);
+        returns every key answered 200."""
         load = UniqueKeyLoad(node, "p%d" % cycle, SENDERS,
                              kill_at=ACKS_BEFORE_CUT)
         reached = wait_for(lambda: len(load.acked) >= ACKS_BEFORE_CUT,
