@@ -7,7 +7,8 @@
 # names such a binary, starts one node or a 3-node mutual-TLS cluster on
 # 127.0.0.1 (free ports, data in a temp dir), sends REQUESTS new keys one
 # after the other on one connection to the node named, stops the nodes
-# (each writes its trace at exit) and prints bench/lib/stages.py's table.
+# (each writes its trace at exit) and prints bench/lib/stages.py's table
+# (and, for a cluster, its split of the Raft commit).
 # STAGES_WRK_SECONDS=S: the load is wrk -t1 -c1 for S seconds instead (the
 # harness's client; needs wrk). CLUSTER_INSECURE=1: the cluster speaks
 # plain text between its nodes (cluster.insecure). Everything it starts is stopped on exit;
@@ -64,3 +65,4 @@ for p in "${PIDS[@]}"; do
   for t in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
 done
 python3 "$LIB/stages.py" table "$receiver" "${files[@]}"
+[ "$VIA" = single ] || python3 "$LIB/stages.py" commit "${files[@]}"

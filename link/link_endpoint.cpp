@@ -751,6 +751,12 @@ bool connected(raft_uv_transport* t, uint64_t peer) {
   return self_of(t).links.count(peer) != 0;
 }
 
+void flush(raft_uv_transport* t) {
+  if (t->impl == nullptr)
+    return;
+  self_of(t).flush_all();
+}
+
 void close(raft_uv_transport* t) {
   if (t->impl == nullptr)
     return;

@@ -222,6 +222,13 @@ void reply(raft_uv_transport* t, const served& to, answer ans);
 /// Whether a link to `peer` is open now. On the loop thread.
 bool connected(raft_uv_transport* t, uint64_t peer);
 
+/// Writes out now what this loop turn queued on every link (frames are
+/// otherwise written together before the loop next waits): for work that
+/// is to run after the frames are on their way, e.g. a follower's apply
+/// after its acknowledgement (cluster::raft_fsm_adapter). A no-op after
+/// `close`.
+void flush(raft_uv_transport* t);
+
 /// Frees the transport: after libraft's close of it completed (the
 /// `raft_close` callback, where `raft_uv_close` runs), or when libraft never
 /// called its `init`. The endpoint goes with the last of its transports.

@@ -192,23 +192,20 @@ int64_t leader_stamp(const std::vector<command>& batch) {
   return stamp;
 }
 
+namespace {
+
+// Entry `index` inside the caller's transaction: its commands, the store's
+// clock and the applied index. An error leaves the transaction to be
+// rolled back.
 caf::expected<std::vector<command_result>>
-apply_batch(sqlite_store& db, uint64_t index,
-            const std::vector<command>& batch) {
+apply_in_transaction(sqlite_store& db, uint64_t index,
+                     const std::vector<command>& batch) {
   std::vector<command_result> results;
-  if (auto err = db.begin())
-    return err;
-  auto fail = [&](caf::error err) {
-    db.rollback();
-    return err;
-  };
   auto applied = db.applied_index();
   if (!applied)
-    return fail(std::move(applied.error()));
-  if (index <= *applied) {
-    db.rollback();
+    return std::move(applied.error());
+  if (index <= *applied)
     return results;
-  }
   // The store's clock: the latest time a claim or purge carried, never
   // moving backwards. Every replica computes it from the same entries, so they all
   // decide at the same time; a proposer whose clock is behind (a new leader,
@@ -216,7 +213,7 @@ apply_batch(sqlite_store& db, uint64_t index,
   // they were decided, and one that is ahead moves time forward for all.
   auto clock = db.clock_ms();
   if (!clock)
-    return fail(std::move(clock.error()));
+    return std::move(clock.error());
   auto now = *clock;
   auto start_clock = now;
   results.resize(batch.size());
@@ -227,7 +224,7 @@ apply_batch(sqlite_store& db, uint64_t index,
         now = std::max(now, cmd.claim.now_ms);
         auto res = db.claim(cmd.claim, now);
         if (!res)
-          return fail(std::move(res.error()));
+          return std::move(res.error());
         results[i].claim = std::move(*res);
         break;
       }
@@ -235,7 +232,7 @@ apply_batch(sqlite_store& db, uint64_t index,
         now = std::max(now, cmd.update.now_ms);
         auto res = db.update(cmd.update, now);
         if (!res)
-          return fail(std::move(res.error()));
+          return std::move(res.error());
         results[i].update = std::move(*res);
         break;
       }
@@ -243,14 +240,14 @@ apply_batch(sqlite_store& db, uint64_t index,
         now = std::max(now, cmd.now_ms);
         auto res = db.purge(now, cmd.limit);
         if (!res)
-          return fail(std::move(res.error()));
+          return std::move(res.error());
         results[i].purged = *res;
         break;
       }
       case command::kind::doubt: {
         auto res = db.doubt(cmd.owner, cmd.before_ms);
         if (!res)
-          return fail(std::move(res.error()));
+          return std::move(res.error());
         results[i].doubted = *res;
         break;
       }
@@ -260,10 +257,10 @@ apply_batch(sqlite_store& db, uint64_t index,
         // it alike); other errors fail the entry.
         if (auto err = db.pause(cmd.route, cmd.pause, now);
             err && errc_of(err) != errc::invalid_argument)
-          return fail(std::move(err));
+          return std::move(err);
         auto res = db.pauses();
         if (!res)
-          return fail(std::move(res.error()));
+          return std::move(res.error());
         results[i].pauses = std::move(*res);
         break;
       }
@@ -271,9 +268,45 @@ apply_batch(sqlite_store& db, uint64_t index,
   }
   if (now != start_clock)
     if (auto err = db.set_clock_ms(now))
-      return fail(std::move(err));
+      return std::move(err);
   if (auto err = db.set_applied_index(index))
-    return fail(std::move(err));
+    return std::move(err);
+  return results;
+}
+
+} // namespace
+
+caf::expected<std::vector<command_result>>
+apply_batch(sqlite_store& db, uint64_t index,
+            const std::vector<command>& batch) {
+  if (auto err = db.begin())
+    return err;
+  auto results = apply_in_transaction(db, index, batch);
+  if (!results) {
+    db.rollback();
+    return std::move(results.error());
+  }
+  if (auto err = db.commit())
+    return err;
+  return results;
+}
+
+caf::expected<std::vector<std::vector<command_result>>>
+apply_entries(sqlite_store& db, const std::vector<log_entry>& entries) {
+  std::vector<std::vector<command_result>> results;
+  if (entries.empty())
+    return results;
+  if (auto err = db.begin())
+    return err;
+  results.reserve(entries.size());
+  for (auto& e : entries) {
+    auto res = apply_in_transaction(db, e.index, e.batch);
+    if (!res) {
+      db.rollback();
+      return std::move(res.error());
+    }
+    results.push_back(std::move(*res));
+  }
   if (auto err = db.commit())
     return err;
   return results;

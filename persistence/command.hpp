@@ -86,4 +86,17 @@ caf::expected<std::vector<command_result>>
 apply_batch(sqlite_store& db, uint64_t index,
             const std::vector<command>& batch);
 
+/// One log entry: its index and its batch.
+struct log_entry {
+  uint64_t index = 0;
+  std::vector<command> batch;
+};
+
+/// Applies several entries, in order, in one transaction: as `apply_batch`
+/// would one after the other (each skipped if applied before, each
+/// recording its index), but with one commit. On an error none of them is
+/// applied. The results are each entry's.
+caf::expected<std::vector<std::vector<command_result>>>
+apply_entries(sqlite_store& db, const std::vector<log_entry>& entries);
+
 } // namespace oncegate::persistence

@@ -115,6 +115,17 @@ int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
                           describe(batch.error()));
     return 0; // every replica skips the same bad entry
   }
+  if (self->defer_ && raft_state(self->raft_) != RAFT_LEADER) {
+    // After a failed flush, nothing more queues up behind it: libraft
+    // retries this entry until the queue is written.
+    if (self->flush_failed_ && self->flush())
+      return RAFT_IOERR;
+    self->deferred_.push_back({index, std::move(*batch)});
+    return 0;
+  }
+  // The leader's state is whole before its entry applies.
+  if (self->flush())
+    return RAFT_IOERR;
   stage_trace::mark("fsm.apply", index);
   auto res = persistence::apply_batch(self->db_, index, *batch);
   stage_trace::mark("fsm.applied", index);
@@ -125,22 +136,58 @@ int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
     return RAFT_IOERR;
   }
   if (self->on_applied_ && !res->empty())
-    self->on_applied_(*batch, *res);
+    self->on_applied_(index, *batch, *res);
   self->results_ = std::move(*res);
   *result = &self->results_;
   return 0;
 }
 
+caf::error raft_fsm_adapter::flush(std::size_t at_most) {
+  if (deferred_.empty() || at_most == 0)
+    return {};
+  std::vector<persistence::log_entry> entries;
+  if (at_most >= deferred_.size()) {
+    entries = std::move(deferred_);
+    deferred_.clear();
+  } else {
+    auto end = deferred_.begin() + static_cast<std::ptrdiff_t>(at_most);
+    entries.assign(std::make_move_iterator(deferred_.begin()),
+                   std::make_move_iterator(end));
+    deferred_.erase(deferred_.begin(), end);
+  }
+  stage_trace::mark("fsm.apply", entries.front().index);
+  auto res = persistence::apply_entries(db_, entries);
+  stage_trace::mark("fsm.applied", entries.back().index);
+  if (!res) {
+    ++failures_;
+    flush_failed_ = true;
+    log::cluster()->critical("fsm.apply_failed index={}..{} error={}",
+                             entries.front().index, entries.back().index,
+                             describe(res.error()));
+    deferred_.insert(deferred_.begin(), std::make_move_iterator(entries.begin()),
+                     std::make_move_iterator(entries.end()));
+    return std::move(res.error());
+  }
+  flush_failed_ = false;
+  if (on_applied_)
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      if (!(*res)[i].empty())
+        on_applied_(entries[i].index, entries[i].batch, (*res)[i]);
+  return {};
+}
+
 // libraft takes a snapshot at `raft_last_applied`, which the writer has
-// committed: a read transaction begun now sees exactly that state. Failures
-// answer RAFT_BUSY, which libraft retries after the next entry; any other
-// error would stop the node.
+// committed once the deferred entries are: a read transaction begun then
+// sees exactly that state. Failures answer RAFT_BUSY, which libraft
+// retries after the next entry; any other error would stop the node.
 int raft_fsm_adapter::snapshot(::raft_fsm* fsm, ::raft_buffer* bufs[],
                                unsigned* n) {
   auto self = static_cast<raft_fsm_adapter*>(fsm->data);
   *bufs = nullptr;
   *n = 0;
   auto index = raft_last_applied(self->raft_);
+  if (self->flush())
+    return RAFT_BUSY;
   if (!self->snapshot_db_) {
     auto db = persistence::sqlite_store::open_reader(self->db_.options());
     if (!db) {
@@ -237,6 +284,11 @@ int raft_fsm_adapter::snapshot_finalize(::raft_fsm* fsm, ::raft_buffer* bufs[],
 int raft_fsm_adapter::restore(::raft_fsm* fsm, ::raft_buffer* buf) {
   auto self = static_cast<raft_fsm_adapter*>(fsm->data);
   std::string_view image{static_cast<const char*>(buf->base), buf->len};
+  // The image replaces what is queued too, but a store that cannot write
+  // those entries will not take the image either: the same answer, with
+  // nothing half done.
+  if (self->flush())
+    return RAFT_IOERR;
   if (auto err = self->db_.restore_image(image)) {
     ++self->failures_;
     log::cluster()->critical("fsm.restore_failed bytes={} error={}",

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,15 +44,37 @@ namespace oncegate::cluster {
 ///   which otherwise refuses the FSM;
 /// - keep the adapter and the store alive until `raft_close` completed.
 ///
-/// Threads: `apply`, `snapshot`, `snapshot_finalize`, `restore` and the
-/// hooks run on the raft loop thread; the copy of `snapshot_async` runs in
+/// A follower's entries can wait (`defer_follower_applies`): libraft
+/// applies what a new AppendEntries says is committed before it sends that
+/// request's answer, so an apply in `apply` puts a SQLite write between a
+/// follower's fsync and the leader's commit, on every decision. Deferred,
+/// `apply` only decodes and queues the entry (libraft counts it applied),
+/// and `flush` writes what is queued, in order and in one transaction, once
+/// the answers are on their way (the node's check handle, a loop turn
+/// later: libraft writes an answer to its end of a socketpair, which the
+/// node link reads and frames in the next turn). A
+/// follower's state in SQLite is then behind libraft's applied index for
+/// the rest of the loop turn; everything that reads or replaces that state
+/// on the loop thread flushes first: an apply as leader (whose proposer
+/// needs the result), `snapshot` (which pins the state at the applied
+/// index) and `restore`. What other threads read may lag by as much, as a
+/// follower always may. A flush that fails keeps the entries queued and
+/// counts a failure; then the next `apply` of a follower tries it again
+/// and answers RAFT_IOERR if it fails (libraft then stops the replica, as
+/// it did when a write inside `apply` failed: the node restarts), and
+/// snapshots are refused: nothing queues up behind it, nothing is skipped. Entries queued when the process dies are
+/// in the log and applied again at start.
+///
+/// Threads: `apply`, `snapshot`, `snapshot_finalize`, `restore`, `flush`
+/// and the hooks run on the raft loop thread; the copy of `snapshot_async` runs in
 /// libuv's thread pool and touches only the snapshot connection.
 class raft_fsm_adapter {
 public:
-  /// Called after each entry this node applied, with its commands and their
-  /// results (not for entries skipped as applied before a restart).
+  /// Called after each entry this node applied, with its index, commands
+  /// and their results (not for entries skipped as applied before a
+  /// restart); for a deferred entry, when it is flushed.
   using applied_hook
-    = std::function<void(const std::vector<persistence::command>&,
+    = std::function<void(uint64_t, const std::vector<persistence::command>&,
                          const std::vector<persistence::command_result>&)>;
 
   /// `async_snapshots` selects FSM version 3 (the image is copied in
@@ -73,6 +96,22 @@ public:
   /// Sets the hook run on every node after each applied entry (e.g. to drop
   /// cached decisions of the records it changed).
   void on_applied(applied_hook fn);
+
+  /// Whether entries applied while not the leader wait for `flush` (see
+  /// above); off: every entry is written inside `apply`.
+  void defer_follower_applies(bool on) {
+    defer_ = on;
+  }
+
+  /// Writes the oldest `at_most` deferred entries (all by default), in one
+  /// transaction, and runs their hooks. On an error they stay queued (and
+  /// a failure is counted).
+  caf::error flush(std::size_t at_most = SIZE_MAX);
+
+  /// Entries waiting for `flush`.
+  std::size_t deferred() const {
+    return deferred_.size();
+  }
 
   /// Sets the hook run after a snapshot replaced the whole database.
   void on_restored(std::function<void()> fn);
@@ -140,6 +179,11 @@ private:
   /// transaction for a snapshot in progress.
   std::unique_ptr<persistence::sqlite_store> snapshot_db_;
   bool pinned_ = false;
+  /// Entries applied while a follower, not written yet (see `flush`), and
+  /// whether the last flush failed.
+  std::vector<persistence::log_entry> deferred_;
+  bool defer_ = false;
+  bool flush_failed_ = false;
   /// The results of the entry applied last, which `apply` hands to libraft.
   std::vector<persistence::command_result> results_;
   applied_hook on_applied_;

@@ -1,5 +1,3 @@
-#include "replication/raft_node.hpp"
-
 // The Raft node's loop (raft_node_impl.hpp): start (a libraft server per
 // group over its transport on the one node link, all on one libuv thread)
 // and stop, the queue other threads post to, proposals, and reading
@@ -9,6 +7,7 @@
 // Membership changes, transfers and the stuck-follower repair are
 // raft_membership.cpp.
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <stdexcept>
@@ -87,6 +86,23 @@ void raft_node::host::drain() {
 
 void raft_node::host::on_check() {
   stage_trace::mark("loop.check");
+  // A follower's entries are written after its answers to the leader have
+  // left (raft_fsm.hpp): the commit waits for those answers, not for this
+  // node's SQLite. libraft wrote the answers of the entries it applied last
+  // turn to its socketpairs; the link read and framed them in this turn's
+  // poll: send them, then write those entries (not the ones applied this
+  // turn, whose answers the link reads next turn).
+  if (std::any_of(groups.begin(), groups.end(),
+                  [](auto& g) { return !g->closed && g->ripe > 0; })) {
+    auto open = std::find_if(groups.begin(), groups.end(),
+                             [](auto& g) { return !g->closed; });
+    link::flush(&(*open)->transport); // the groups share one endpoint
+    for (auto& g : groups)
+      if (!g->closed && g->ripe > 0)
+        g->adapter->flush(g->ripe);
+  }
+  for (auto& g : groups)
+    g->ripe = g->closed ? 0 : g->adapter->deferred();
   for (auto& g : groups) {
     if (g->closed)
       continue;
@@ -143,6 +159,9 @@ void raft_node::impl::close() {
     finish(p, RAFT_SHUTDOWN, nullptr);
   }
   closed = true;
+  // What is still deferred would be applied again from the log at start;
+  // written now, the next start has less to replay.
+  adapter->flush();
   r.data = this;
   raft_close(&r, [](::raft* r) {
     auto self = static_cast<impl*>(r->data);
@@ -264,6 +283,11 @@ void raft_node::impl::refresh() {
       auto self = static_cast<impl*>(req->data);
       self->barrier_pending = false;
       if (st == 0 && raft_state(&self->r) == RAFT_LEADER) {
+        // What it applied as a follower is in its store before it serves
+        // as the leader (raft_fsm.hpp); if that fails, the next check
+        // proposes another barrier (and failures make it step down).
+        if (self->adapter->flush())
+          return;
         self->ready_term = self->r.current_term;
         self->refresh(); // ready at once
         return;
@@ -629,7 +653,13 @@ caf::error raft_node::impl::start(const raft_node_options& node_opts,
     return err;
   adapter = std::make_unique<raft_fsm_adapter>(*db, true);
   if (hooks.on_applied)
-    adapter->on_applied(hooks.on_applied);
+    adapter->on_applied([fn = hooks.on_applied](uint64_t, const auto& cmds,
+                                                const auto& results) {
+      fn(cmds, results);
+    });
+  // Written by the check handle once the turn's answers are sent
+  // (`host::on_check`).
+  adapter->defer_follower_applies(true);
   if (hooks.on_restored)
     adapter->on_restored(hooks.on_restored);
   if (opts.before_snapshot_copy)

@@ -123,6 +123,9 @@ struct raft_node::impl {
   raft_node_options opts;
   raft_hooks hooks;
   std::unique_ptr<raft_fsm_adapter> adapter;
+  /// The adapter's deferred entries that were queued at the last check
+  /// already (`host::on_check` writes them at the next).
+  std::size_t ripe = 0;
   host* owner = nullptr;
   uint16_t group = 0;
 

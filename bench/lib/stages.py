@@ -11,6 +11,10 @@
       time between consecutive stages, on the node that holds each stage
       (the leader: the node that proposed), as p50/p90/p99/max in us; then
       the slowest requests with every event in their widest gap.
+  stages.py commit FILE...
+      a cluster's Raft commits (the leader's raft.apply -> fsm.apply) split
+      into the hop to the follower that answered first, its append, the
+      hop back and the leader's commit, as p50/p90/p99 in us
 
 All nodes run on one machine: their CLOCK_MONOTONIC stamps compare.
 """
@@ -172,11 +176,61 @@ def table(receiver, files):
             j += 1
 
 
+def commit(files):
+    """The leader's raft.apply -> fsm.apply of each entry, split at the
+    follower whose answer came first: the hop out (the leader's frame to
+    that follower's libraft), the follower's append (raft.in of the entry
+    to raft.out of its answer: its fsync, and whatever runs on its loop
+    before the answer leaves), the hop back, and the leader's commit."""
+    evs = load(files)
+    applies = collections.Counter(e[1] for e in evs if e[3] == "raft.apply")
+    if not applies:
+        return 0
+    leader = applies.most_common(1)[0][0]
+    rows = []
+    for i, e in enumerate(evs):
+        if e[1] != leader or e[3] != "raft.apply":
+            continue
+        got, sent, back, done = {}, {}, None, None
+        # Raft messages by size: an append with an entry is >= 100 bytes,
+        # an append's answer < 100.
+        for f in evs[i + 1:i + 400]:
+            if f[1] == leader and f[3] == "fsm.apply":
+                done = f[0]
+                break
+            if f[1] != leader and f[3] == "raft.in" and f[4] >= 100:
+                got.setdefault(f[1], f[0])
+            elif (f[1] != leader and f[3] == "raft.out" and f[4] < 100
+                  and f[1] in got):
+                sent.setdefault(f[1], f[0])
+            elif (f[1] == leader and f[3] == "raft.in" and f[4] < 100
+                  and sent and back is None):
+                back = f[0]
+        if done is None or back is None:
+            continue
+        first = min(sent, key=sent.get)
+        rows.append([got[first] - e[0], sent[first] - got[first],
+                     back - sent[first], done - back, done - e[0]])
+    if not rows:
+        return 0
+    print("raft commit (us, %d entries)          p50      p90      p99" % len(rows))
+    names = ["leader -> first follower's libraft", "follower: entry -> answer",
+             "answer -> leader's libraft", "leader: answer -> apply",
+             "raft.apply -> fsm.apply"]
+    for k, name in enumerate(names):
+        col = sorted(r[k] / 1e3 for r in rows)
+        q = lambda p: col[int(p * (len(col) - 1))]
+        print("%-36s %8.0f %8.0f %8.0f" % (name, q(.5), q(.9), q(.99)))
+    return 0
+
+
 def main(argv):
     if len(argv) >= 5 and argv[1] == "send":
         return send(*argv[2:5])
     if len(argv) >= 4 and argv[1] == "table":
         return table(argv[2], argv[3:])
+    if len(argv) >= 3 and argv[1] == "commit":
+        return commit(argv[2:])
     sys.stderr.write(__doc__)
     return 2
 

@@ -50,9 +50,9 @@ struct fixture {
   test::temp_dir dir;
   /// Before any store opens: its connections get the commit hook.
   test::commit_fault fault;
-  std::unique_ptr<sqlite_store> open() {
+  std::unique_ptr<sqlite_store> open(const char* name = "fsm.db") {
     store_options opts;
-    opts.path = dir.file("fsm.db");
+    opts.path = dir.file(name);
     auto res = sqlite_store::open(opts);
     CAF_REQUIRE(res);
     return std::move(*res);
@@ -251,6 +251,52 @@ CAF_TEST(an entry whose commit fails is not applied and applies on retry) {
   CAF_CHECK_EQUAL((*res)[0].claim.outcome, decision::accepted);
   CAF_CHECK_EQUAL(db->applied_index(), 1u);
   CAF_CHECK_EQUAL(db->count(), 1u);
+}
+
+CAF_TEST(entries applied together commit once and answer as one by one) {
+  // One by one, in a file of their own: what the entries must answer.
+  std::vector<log_entry> entries(3);
+  entries[0].index = 1;
+  entries[0].batch = sample_batch();
+  entries[1].index = 2;
+  entries[1].batch.resize(1);
+  entries[1].batch[0].claim = make_claim("k1", 2000, "{\"a\":1}");
+  entries[2].index = 3;
+  entries[2].batch.resize(1);
+  entries[2].batch[0].claim = make_claim("k2", 2500);
+  auto one = open("one_by_one.db");
+  std::vector<std::vector<command_result>> expected;
+  for (auto& e : entries) {
+    auto res = apply_batch(*one, e.index, e.batch);
+    CAF_REQUIRE(res);
+    expected.push_back(*res);
+  }
+  auto db = open();
+  // Entry 1 was applied before (a restart): skipped, no results.
+  CAF_REQUIRE(apply_batch(*db, 1, entries[0].batch));
+  // A failed commit applies none of them.
+  fault.fail_next();
+  auto failed = apply_entries(*db, entries);
+  CAF_REQUIRE(!failed);
+  CAF_CHECK_EQUAL(db->applied_index(), 1u);
+  CAF_CHECK(!db->load("default", "k2")->found);
+  auto res = apply_entries(*db, entries);
+  CAF_REQUIRE(res);
+  CAF_REQUIRE_EQUAL(res->size(), 3u);
+  CAF_CHECK((*res)[0].empty());
+  for (size_t i = 1; i < 3; ++i) {
+    CAF_REQUIRE_EQUAL((*res)[i].size(), expected[i].size());
+    CAF_CHECK_EQUAL((*res)[i][0].claim.outcome, expected[i][0].claim.outcome);
+    CAF_CHECK_EQUAL((*res)[i][0].claim.rec.first_seen_ms,
+                    expected[i][0].claim.rec.first_seen_ms);
+  }
+  CAF_CHECK_EQUAL((*res)[1][0].claim.outcome, decision::duplicate);
+  CAF_CHECK_EQUAL((*res)[2][0].claim.outcome, decision::accepted);
+  CAF_CHECK_EQUAL(db->applied_index(), 3u);
+  CAF_CHECK_EQUAL(db->count(), one->count());
+  CAF_CHECK_EQUAL(db->clock_ms(), one->clock_ms());
+  // Nothing to apply is no transaction at all.
+  CAF_CHECK(apply_entries(*db, {}));
 }
 
 CAF_TEST(a doubt command turns one owners old in flight records in doubt) {
