@@ -7,14 +7,36 @@ using namespace oncegate;
 
 CAF_TEST_FIXTURE_SCOPE(key_actor_tests, test::node_fixture)
 
-CAF_TEST(a repeated claim is a duplicate) {
-  CAF_CHECK_EQUAL(outcome(make_claim("k1", 1000, "{\"a\":1}")),
-                  decision::accepted);
-  auto writes = store().committed_ops;
-  CAF_CHECK_EQUAL(outcome(make_claim("k1", 1001, "{\"a\":1}")),
-                  decision::duplicate);
-  // The duplicate was answered from the actor's cache: no store write.
-  CAF_CHECK_EQUAL(store().committed_ops, writes);
+// The message flow, step by step on the test scheduler: a new key goes
+// registry -> its key actor -> the store; a duplicate of it stops at the
+// key actor, which answers from the record it cached.
+CAF_TEST(a duplicate of a cached key never reaches the store) {
+  // The actor the scheduler runs next (the one a message was just sent to).
+  auto next_receiver = [this] {
+    CAF_REQUIRE(sched.has_job());
+    return caf::actor_cast<caf::actor>(&sched.next_job<caf::abstract_actor>());
+  };
+  auto& registry = n.registries.front();
+  auto first = send_claim(make_claim("k1", 1000, "{\"a\":1}"));
+  sched.run_once(); // the asking client sends its request
+  expect((claim_atom, claim_request), to(registry));
+  auto key = next_receiver();
+  expect((claim_atom, claim_request), from(_).to(key));
+  expect((claim_atom, claim_request), from(key).to(n.store));
+  sched.run();
+  CAF_REQUIRE(*first && **first);
+  CAF_CHECK_EQUAL((**first)->outcome, decision::accepted);
+  auto dup = send_claim(make_claim("k1", 1001, "{\"a\":1}"));
+  sched.run_once();
+  expect((claim_atom, claim_request), to(registry));
+  CAF_CHECK_EQUAL(next_receiver(), key);
+  expect((claim_atom, claim_request), from(_).to(key));
+  disallow((claim_atom, claim_request), to(n.store));
+  // What is left is the answer to the client: the store has no job at all.
+  CAF_CHECK(!sched.prioritize(n.store));
+  sched.run();
+  CAF_REQUIRE(*dup && **dup);
+  CAF_CHECK_EQUAL((**dup)->outcome, decision::duplicate);
 }
 
 CAF_TEST(the same key with another payload is a mismatch) {
