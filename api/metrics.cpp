@@ -293,7 +293,9 @@ std::string gateway_metrics::render(const node_metrics& node) const {
     metric(out, "oncegate_raft_commit_index", "gauge",
            "Highest log index known to be committed.", c.commit_index);
     metric(out, "oncegate_raft_applied_index", "gauge",
-           "Highest log index applied to the local SQLite.", c.applied_index);
+           "Highest log index applied here (a follower writes it to its "
+           "SQLite a loop turn later).",
+           c.applied_index);
     metric(out, "oncegate_raft_leader_changes_total", "counter",
            "Times this node saw the leader change.", c.leader_changes);
     metric(out, "oncegate_raft_proposals_applied_total", "counter",

@@ -195,16 +195,17 @@ int64_t leader_stamp(const std::vector<command>& batch) {
 namespace {
 
 // Entry `index` inside the caller's transaction: its commands, the store's
-// clock and the applied index. An error leaves the transaction to be
-// rolled back.
+// clock and the applied index; `skipped` when it was applied before. An
+// error leaves the transaction to be rolled back.
 caf::expected<std::vector<command_result>>
 apply_in_transaction(sqlite_store& db, uint64_t index,
-                     const std::vector<command>& batch) {
+                     const std::vector<command>& batch, bool& skipped) {
   std::vector<command_result> results;
   auto applied = db.applied_index();
   if (!applied)
     return std::move(applied.error());
-  if (index <= *applied)
+  skipped = index <= *applied;
+  if (skipped)
     return results;
   // The store's clock: the latest time a claim or purge carried, never
   // moving backwards. Every replica computes it from the same entries, so they all
@@ -281,10 +282,11 @@ apply_batch(sqlite_store& db, uint64_t index,
             const std::vector<command>& batch) {
   if (auto err = db.begin())
     return err;
-  auto results = apply_in_transaction(db, index, batch);
-  if (!results) {
+  bool skipped = false;
+  auto results = apply_in_transaction(db, index, batch, skipped);
+  if (!results || skipped) {
     db.rollback();
-    return std::move(results.error());
+    return results;
   }
   if (auto err = db.commit())
     return err;
@@ -300,7 +302,8 @@ apply_entries(sqlite_store& db, const std::vector<log_entry>& entries) {
     return err;
   results.reserve(entries.size());
   for (auto& e : entries) {
-    auto res = apply_in_transaction(db, e.index, e.batch);
+    bool skipped = false;
+    auto res = apply_in_transaction(db, e.index, e.batch, skipped);
     if (!res) {
       db.rollback();
       return std::move(res.error());

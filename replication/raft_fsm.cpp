@@ -1,5 +1,6 @@
 #include "replication/raft_fsm.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 // libraft 0.15's headers lack extern "C" guards.
@@ -99,6 +100,11 @@ int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
                             void** result) {
   auto self = static_cast<raft_fsm_adapter*>(fsm->data);
   *result = nullptr;
+  auto defer = self->defer_ && raft_state(self->raft_) != RAFT_LEADER;
+  // The leader's state is whole before its entry applies; after a failed
+  // write, nothing more queues up behind it.
+  if ((!defer || self->flush_failed_) && self->flush())
+    return RAFT_IOERR;
   self->log_bytes_ += buf->len;
   ++self->entries_;
   self->avg_entry_ = self->avg_entry_ == 0
@@ -115,17 +121,10 @@ int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
                           describe(batch.error()));
     return 0; // every replica skips the same bad entry
   }
-  if (self->defer_ && raft_state(self->raft_) != RAFT_LEADER) {
-    // After a failed flush, nothing more queues up behind it: libraft
-    // retries this entry until the queue is written.
-    if (self->flush_failed_ && self->flush())
-      return RAFT_IOERR;
+  if (defer) {
     self->deferred_.push_back({index, std::move(*batch)});
     return 0;
   }
-  // The leader's state is whole before its entry applies.
-  if (self->flush())
-    return RAFT_IOERR;
   stage_trace::mark("fsm.apply", index);
   auto res = persistence::apply_batch(self->db_, index, *batch);
   stage_trace::mark("fsm.applied", index);
@@ -142,37 +141,53 @@ int raft_fsm_adapter::apply(::raft_fsm* fsm, const ::raft_buffer* buf,
   return 0;
 }
 
-caf::error raft_fsm_adapter::flush(std::size_t at_most) {
-  if (deferred_.empty() || at_most == 0)
-    return {};
-  std::vector<persistence::log_entry> entries;
-  if (at_most >= deferred_.size()) {
-    entries = std::move(deferred_);
-    deferred_.clear();
-  } else {
-    auto end = deferred_.begin() + static_cast<std::ptrdiff_t>(at_most);
-    entries.assign(std::make_move_iterator(deferred_.begin()),
-                   std::make_move_iterator(end));
+bool raft_fsm_adapter::flush_due() const {
+  return !flush_failed_ || std::chrono::steady_clock::now() >= retry_at_;
+}
+
+uint64_t raft_fsm_adapter::last_deferred() const {
+  return deferred_.empty() ? 0 : deferred_.back().index;
+}
+
+caf::error raft_fsm_adapter::flush(uint64_t through) {
+  // At most this many entries per transaction: a follower catching up
+  // applies thousands in one turn.
+  constexpr std::size_t max_per_transaction = 1024;
+  while (!deferred_.empty() && deferred_.front().index <= through) {
+    std::size_t n = 0;
+    while (n < deferred_.size() && n < max_per_transaction
+           && deferred_[n].index <= through)
+      ++n;
+    auto end = deferred_.begin() + static_cast<std::ptrdiff_t>(n);
+    std::vector<persistence::log_entry> entries(
+      std::make_move_iterator(deferred_.begin()), std::make_move_iterator(end));
     deferred_.erase(deferred_.begin(), end);
+    stage_trace::mark("fsm.apply", entries.front().index);
+    auto res = persistence::apply_entries(db_, entries);
+    stage_trace::mark("fsm.applied", entries.back().index);
+    if (!res) {
+      ++failures_;
+      flush_failed_ = true;
+      using namespace std::chrono_literals;
+      retry_delay_ = std::clamp<std::chrono::milliseconds>(2 * retry_delay_,
+                                                           50ms, 5000ms);
+      retry_at_ = std::chrono::steady_clock::now() + retry_delay_;
+      log::cluster()->critical("fsm.apply_failed index={}..{} error={} "
+                               "(retried in {} ms)",
+                               entries.front().index, entries.back().index,
+                               describe(res.error()), retry_delay_.count());
+      deferred_.insert(deferred_.begin(),
+                       std::make_move_iterator(entries.begin()),
+                       std::make_move_iterator(entries.end()));
+      return std::move(res.error());
+    }
+    flush_failed_ = false;
+    retry_delay_ = std::chrono::milliseconds{0};
+    if (on_applied_)
+      for (std::size_t i = 0; i < entries.size(); ++i)
+        if (!(*res)[i].empty())
+          on_applied_(entries[i].index, entries[i].batch, (*res)[i]);
   }
-  stage_trace::mark("fsm.apply", entries.front().index);
-  auto res = persistence::apply_entries(db_, entries);
-  stage_trace::mark("fsm.applied", entries.back().index);
-  if (!res) {
-    ++failures_;
-    flush_failed_ = true;
-    log::cluster()->critical("fsm.apply_failed index={}..{} error={}",
-                             entries.front().index, entries.back().index,
-                             describe(res.error()));
-    deferred_.insert(deferred_.begin(), std::make_move_iterator(entries.begin()),
-                     std::make_move_iterator(entries.end()));
-    return std::move(res.error());
-  }
-  flush_failed_ = false;
-  if (on_applied_)
-    for (std::size_t i = 0; i < entries.size(); ++i)
-      if (!(*res)[i].empty())
-        on_applied_(entries[i].index, entries[i].batch, (*res)[i]);
   return {};
 }
 
@@ -284,11 +299,6 @@ int raft_fsm_adapter::snapshot_finalize(::raft_fsm* fsm, ::raft_buffer* bufs[],
 int raft_fsm_adapter::restore(::raft_fsm* fsm, ::raft_buffer* buf) {
   auto self = static_cast<raft_fsm_adapter*>(fsm->data);
   std::string_view image{static_cast<const char*>(buf->base), buf->len};
-  // The image replaces what is queued too, but a store that cannot write
-  // those entries will not take the image either: the same answer, with
-  // nothing half done.
-  if (self->flush())
-    return RAFT_IOERR;
   if (auto err = self->db_.restore_image(image)) {
     ++self->failures_;
     log::cluster()->critical("fsm.restore_failed bytes={} error={}",
@@ -296,6 +306,10 @@ int raft_fsm_adapter::restore(::raft_fsm* fsm, ::raft_buffer* buf) {
     return RAFT_IOERR;
   }
   raft_free(buf->base);
+  // libraft installs a snapshot past everything it applied: the image
+  // holds what was queued.
+  self->deferred_.clear();
+  self->flush_failed_ = false;
   ++self->restores_;
   // libraft restores a snapshot into an empty log (at start, or discarding
   // the whole log to install the leader's): entries applied after it count

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -57,12 +58,15 @@ namespace oncegate::cluster {
 /// the rest of the loop turn; everything that reads or replaces that state
 /// on the loop thread flushes first: an apply as leader (whose proposer
 /// needs the result), `snapshot` (which pins the state at the applied
-/// index) and `restore`. What other threads read may lag by as much, as a
+/// index) and a new leader's readiness (raft_node). What other threads read may lag by as much, as a
 /// follower always may. A flush that fails keeps the entries queued and
-/// counts a failure; then the next `apply` of a follower tries it again
-/// and answers RAFT_IOERR if it fails (libraft then stops the replica, as
-/// it did when a write inside `apply` failed: the node restarts), and
-/// snapshots are refused: nothing queues up behind it, nothing is skipped. Entries queued when the process dies are
+/// counts a failure; the check tries again after a back-off, the next
+/// `apply` of a follower tries it again and answers RAFT_IOERR if it
+/// fails (what libraft does then is what it did when a write inside
+/// `apply` failed: it skips that AppendEntries' answer or stops the
+/// replica), and snapshots are refused: nothing queues up behind it,
+/// nothing is skipped. An installed snapshot replaces the queue (the image
+/// is past every queued entry). Entries queued when the process dies are
 /// in the log and applied again at start.
 ///
 /// Threads: `apply`, `snapshot`, `snapshot_finalize`, `restore`, `flush`
@@ -103,15 +107,22 @@ public:
     defer_ = on;
   }
 
-  /// Writes the oldest `at_most` deferred entries (all by default), in one
-  /// transaction, and runs their hooks. On an error they stay queued (and
-  /// a failure is counted).
-  caf::error flush(std::size_t at_most = SIZE_MAX);
+  /// Writes the deferred entries up to index `through` (all by default),
+  /// in order, up to 1024 per transaction, and runs their hooks. On an
+  /// error the rest stays queued, a failure is counted and `flush_due`
+  /// holds off the next try (50 ms, doubling up to 5 s).
+  caf::error flush(uint64_t through = UINT64_MAX);
 
-  /// Entries waiting for `flush`.
+  /// Whether the node's check should try to write the queue now: always,
+  /// unless the last write failed and its back-off has not passed.
+  bool flush_due() const;
+
+  /// Entries waiting for `flush`, and the index of the last of them (0:
+  /// none).
   std::size_t deferred() const {
     return deferred_.size();
   }
+  uint64_t last_deferred() const;
 
   /// Sets the hook run after a snapshot replaced the whole database.
   void on_restored(std::function<void()> fn);
@@ -184,6 +195,8 @@ private:
   std::vector<persistence::log_entry> deferred_;
   bool defer_ = false;
   bool flush_failed_ = false;
+  std::chrono::milliseconds retry_delay_{0};
+  std::chrono::steady_clock::time_point retry_at_;
   /// The results of the entry applied last, which `apply` hands to libraft.
   std::vector<persistence::command_result> results_;
   applied_hook on_applied_;

@@ -92,17 +92,20 @@ void raft_node::host::on_check() {
   // turn to its socketpairs; the link read and framed them in this turn's
   // poll: send them, then write those entries (not the ones applied this
   // turn, whose answers the link reads next turn).
-  if (std::any_of(groups.begin(), groups.end(),
-                  [](auto& g) { return !g->closed && g->ripe > 0; })) {
+  auto ripe = [](auto& g) {
+    return !g->closed && g->ripe > 0 && g->adapter->deferred() > 0
+           && g->adapter->flush_due();
+  };
+  if (std::any_of(groups.begin(), groups.end(), ripe)) {
     auto open = std::find_if(groups.begin(), groups.end(),
                              [](auto& g) { return !g->closed; });
     link::flush(&(*open)->transport); // the groups share one endpoint
     for (auto& g : groups)
-      if (!g->closed && g->ripe > 0)
+      if (ripe(g))
         g->adapter->flush(g->ripe);
   }
   for (auto& g : groups)
-    g->ripe = g->closed ? 0 : g->adapter->deferred();
+    g->ripe = g->closed ? 0 : g->adapter->last_deferred();
   for (auto& g : groups) {
     if (g->closed)
       continue;
@@ -207,6 +210,11 @@ void raft_node::impl::refresh() {
   } else if (next.role != raft_role::leader) {
     step_down_failures = next.apply_failures;
   }
+  if (ready_when_written == next.term && next.role == raft_role::leader
+      && adapter->deferred() == 0) {
+    ready_term = next.term;
+    ready_when_written = 0;
+  }
   next.leader_ready = next.role == raft_role::leader
                       && ready_term == next.term;
   if (next.leader_ready)
@@ -284,10 +292,13 @@ void raft_node::impl::refresh() {
       self->barrier_pending = false;
       if (st == 0 && raft_state(&self->r) == RAFT_LEADER) {
         // What it applied as a follower is in its store before it serves
-        // as the leader (raft_fsm.hpp); if that fails, the next check
-        // proposes another barrier (and failures make it step down).
-        if (self->adapter->flush())
+        // as the leader (raft_fsm.hpp); if that fails, it is ready once
+        // the check wrote it (`refresh`), and the failure counts towards
+        // a step-down.
+        if (self->adapter->flush()) {
+          self->ready_when_written = self->r.current_term;
           return;
+        }
         self->ready_term = self->r.current_term;
         self->refresh(); // ready at once
         return;

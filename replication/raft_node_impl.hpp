@@ -123,9 +123,9 @@ struct raft_node::impl {
   raft_node_options opts;
   raft_hooks hooks;
   std::unique_ptr<raft_fsm_adapter> adapter;
-  /// The adapter's deferred entries that were queued at the last check
-  /// already (`host::on_check` writes them at the next).
-  std::size_t ripe = 0;
+  /// The last of the adapter's deferred entries at the last check
+  /// (`host::on_check` writes up to it at the next); 0: none.
+  uint64_t ripe = 0;
   host* owner = nullptr;
   uint16_t group = 0;
 
@@ -167,6 +167,9 @@ struct raft_node::impl {
   // Raft-thread view (no lock needed on the thread).
   raft_status current;
   uint64_t ready_term = 0;
+  /// The term whose barrier completed while the adapter's queue could not
+  /// be written: ready once it is (`refresh`).
+  uint64_t ready_when_written = 0;
   /// Apply failures seen while not leader (or when stepping down last);
   /// more than these while leading make the node hand leadership over.
   uint64_t step_down_failures = 0;

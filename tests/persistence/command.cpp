@@ -253,7 +253,7 @@ CAF_TEST(an entry whose commit fails is not applied and applies on retry) {
   CAF_CHECK_EQUAL(db->count(), 1u);
 }
 
-CAF_TEST(entries applied together commit once and answer as one by one) {
+CAF_TEST(entries applied together answer as one by one and a failed commit applies none) {
   // One by one, in a file of their own: what the entries must answer.
   std::vector<log_entry> entries(3);
   entries[0].index = 1;
