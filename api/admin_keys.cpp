@@ -121,8 +121,13 @@ http_response released_answer(const update_result& res,
 } // namespace
 
 admin_keys::admin_keys(const route_table& routes, const payload_limits& limits,
-                       node_service& node, decision_cache& cache)
-  : routes_(routes), limits_(limits), node_(node), cache_(cache) {
+                       node_service& node, decision_cache& cache,
+                       wall_clock_fn now)
+  : routes_(routes),
+    limits_(limits),
+    node_(node),
+    cache_(cache),
+    now_(std::move(now)) {
   // nop
 }
 
@@ -255,9 +260,7 @@ void admin_keys::redeliver(const http_request& req, const route_config& route,
     return done(bad_request("route " + route.name
                             + " does not deliver durably (delivery = "
                               "\"async\" or respond-after)"));
-  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-               .count();
+  auto now = now_();
   record_update upd;
   upd.route = route.name;
   upd.key = key;

@@ -9,6 +9,7 @@
 
 #include <functional>
 
+#include "common/clock.hpp"
 #include "common/record.hpp"
 #include "api/decision_cache.hpp"
 #include "api/payload.hpp"
@@ -22,8 +23,9 @@ namespace oncegate::gateway {
 class admin_keys {
 public:
   /// Every reference must outlive this object.
+  /// `now`: the node's clock (stamps an operator's redelivery).
   admin_keys(const route_table& routes, const payload_limits& limits,
-             node_service& node, decision_cache& cache);
+             node_service& node, decision_cache& cache, wall_clock_fn now);
 
   /// Answers a request to `/v1/keys` or below it.
   void handle(http_request& req, responder& done);
@@ -45,6 +47,7 @@ private:
   const payload_limits& limits_;
   node_service& node_;
   decision_cache& cache_;
+  wall_clock_fn now_;
 };
 
 } // namespace oncegate::gateway

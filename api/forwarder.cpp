@@ -58,9 +58,11 @@ record_update outcome_update(const forward_job& job, const upstream_result& res,
                         res.body);
 }
 
-forwarder::forwarder(node_service& node, gateway_metrics& metrics)
+forwarder::forwarder(node_service& node, gateway_metrics& metrics,
+                     wall_clock_fn now)
   : node_(node),
     metrics_(metrics),
+    now_(std::move(now)),
     upstream_(std::make_unique<upstream_client>()) {
   // nop
 }
@@ -83,9 +85,7 @@ void forwarder::forward(forward_job job, settled_fn settled) {
   upstream_->send(*target, std::move(up), [this, job = std::move(job),
                                            settled = std::move(settled)](
                                             upstream_result res) mutable {
-    auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                 std::chrono::system_clock::now().time_since_epoch())
-                 .count();
+    auto now = now_();
     thread_local std::mt19937_64 rng{std::random_device{}()};
     auto upd = outcome_update(job, res, now, rng());
     metrics_.count_upstream(job.route_index, static_cast<size_t>(res.outcome));

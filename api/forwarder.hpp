@@ -34,6 +34,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/clock.hpp"
 #include "common/record.hpp"
 #include "api/delivery_policy.hpp"
 #include "api/idempotency_key.hpp"
@@ -90,7 +91,10 @@ public:
   /// Runs once per forward, after the node answered the update.
   using settled_fn = std::function<void(forward_result)>;
 
-  forwarder(node_service& node, gateway_metrics& metrics);
+  /// `now` is the node's clock (common/clock.hpp), which stamps what an
+  /// attempt records (its time, its next retry): never the system clock,
+  /// which an operator or NTP may step.
+  forwarder(node_service& node, gateway_metrics& metrics, wall_clock_fn now);
 
   forwarder(const forwarder&) = delete;
   forwarder& operator=(const forwarder&) = delete;
@@ -126,6 +130,7 @@ private:
 
   node_service& node_;
   gateway_metrics& metrics_;
+  wall_clock_fn now_;
   mutable std::mutex mtx_;
   std::condition_variable cv_;
   std::size_t running_ = 0;

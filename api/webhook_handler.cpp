@@ -42,10 +42,10 @@ webhook_handler::webhook_handler(webhook_options opts, node_service& node,
     node_(node),
     cache_(opts_.decision_cache, opts_.decision_cache_bytes),
     metrics_(route_names(opts_.routes)),
-    keys_(opts_.routes, opts_.payload, node_, cache_),
+    keys_(opts_.routes, opts_.payload, node_, cache_, now),
     now_(now) {
   if (any_upstream(opts_.routes))
-    forwarder_ = std::make_unique<forwarder>(node_, metrics_);
+    forwarder_ = std::make_unique<forwarder>(node_, metrics_, now);
   if (!signature_now)
     signature_now = now;
   auto durable = std::any_of(opts_.routes.routes.begin(),

@@ -14,6 +14,7 @@ Skipped when libfaketime is not installed (Debian: apt-get install
 faketime).
 """
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -177,6 +178,62 @@ class ClockTest(unittest.TestCase):
         monos = [m for _, m in seen]
         self.assertEqual(monos, sorted(monos))
         self.assertLess(monos[-1] - monos[0], 10.0)
+
+    def test_a_step_forward_delays_no_retry_of_a_queued_signal(self):
+        """Queued signals are retried by the node's clock: a step of the
+        wall clock 5 minutes forward (beyond the route's deadline) neither
+        postpones their retries nor fails them."""
+        from test_upstream import TestUpstream
+        from harness import free_port
+        # Outside the ephemeral range: no other process takes it while the
+        # upstream is down.
+        up = TestUpstream(port=free_port()).start()
+        try:
+            ini = os.path.join(self.tmp.path, "async.ini")
+            with open(ini, "w") as f:
+                f.write('[admin]\nallow-unauthenticated-loopback=true\n'
+                        '[route.async]\nupstream="%s"\ndelivery="async"\n'
+                        'delivery-first-retry=200ms\ndelivery-max-retry=1s\n'
+                        'delivery-deadline=120s\n'
+                        'upstream-connect-timeout=300ms\n' % up.url)
+            self.node = Node(os.path.join(self.tmp.path, "async"),
+                             "--config-file=" + ini,
+                             env=self.clock.env("node"))
+            self.start()
+            keys = ["step-%d" % i for i in range(3)]
+
+            def record(k):
+                status, _, body = self.node.request(
+                    "GET", "/v1/keys/%s?route=async" % k)
+                self.assertEqual(status, 200, body)
+                return json.loads(body)
+
+            up.refuse()
+            for k in keys:
+                status, _, body = self.node.request(
+                    "POST", "/v1/webhook/async", {"order": k},
+                    {"Idempotency-Key": k})
+                self.assertEqual(status, 202, body)
+            self.assertTrue(wait_for(
+                lambda: all(record(k)["attempts"] >= 2 for k in keys), 20))
+            self.step(300)
+            # One more refused attempt each, timed after the step.
+            tried = {k: record(k)["attempts"] for k in keys}
+            self.assertTrue(wait_for(
+                lambda: all(record(k)["attempts"] > tried[k] for k in keys),
+                20))
+            up.resume()
+            # Retries come every second at most: 30 s is a wide margin,
+            # and a retry timed by the stepped clock comes 300 s late.
+            self.assertTrue(
+                wait_for(lambda: all(up.executions(k) == 1 for k in keys),
+                         30),
+                {k: (up.executions(k), record(k)["state"]) for k in keys})
+            for k in keys:
+                self.assertTrue(wait_for(
+                    lambda: record(k)["state"] == "completed", 10), record(k))
+        finally:
+            up.stop()
 
     def test_a_step_forward_renews_no_key_and_purges_none(self):
         self.start()
