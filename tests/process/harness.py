@@ -295,7 +295,11 @@ class UpstreamNodeCase:
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..",
                                         "..", "tools"))
         from test_upstream import TestUpstream
-        self.up = TestUpstream().start()
+        # Below the ephemeral range and held (free_port): an upstream that
+        # goes down (refuse, outage) and comes back finds its port free;
+        # a port from bind(0) could be taken meanwhile by any process's
+        # bind(0), which would then answer the node's retries.
+        self.up = TestUpstream(port=free_port()).start()
         self.tmp = TempDir()
         try:
             self.ini = os.path.join(self.tmp.path, "node.ini")

@@ -819,7 +819,9 @@ class OwnClusterCase(ClusterCase):
     PARTITIONS = None  # cluster.partitions (None: not set, one)
 
     def setUp(self):
-        self.up = TestUpstream().start()
+        # A port that stays this test's while its upstream is down
+        # (harness.UpstreamNodeCase).
+        self.up = TestUpstream(port=free_ports(1)[0]).start()
         self.tmp = TempDir()
         self.cluster = Cluster(self.tmp.path, self.up.url, peers=self.PEERS,
                                partitions=self.PARTITIONS)

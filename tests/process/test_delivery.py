@@ -85,9 +85,10 @@ class DeliveryTest(ForwardingCase, unittest.TestCase):
                                                 self.record(key, route)))
 
     def executed_once(self, keys, bound=15):
-        self.assertTrue(wait_for(lambda: all(self.up.executions(k) == 1
-                                             for k in keys), bound),
-                        {k: self.up.executions(k) for k in keys})
+        if not wait_for(lambda: all(self.up.executions(k) == 1
+                                    for k in keys), bound):
+            self.fail({k: (self.up.executions(k), self.record(k, "async"))
+                       for k in keys})
 
     def test_a_signal_accepted_while_the_upstream_is_down_is_delivered_once(self):
         keys = [self.key() for _ in range(5)]
@@ -109,6 +110,10 @@ class DeliveryTest(ForwardingCase, unittest.TestCase):
             and self.record(keys[0], "async")[1]["attempts"] >= 4,
             OUTAGE + 10))
         self.assertEqual(self.up.counts()["total"], 0)
+        # Nothing else answered them meanwhile.
+        for k in keys:
+            self.assertEqual(self.state(k, "async"), "queued",
+                             self.record(k, "async"))
         self.up.resume()
         self.executed_once(keys)
         for k in keys:
