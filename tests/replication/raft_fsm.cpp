@@ -417,6 +417,17 @@ struct raft_cluster {
     return ok;
   }
 
+  // Claims k<from> .. k<to - 1> through the leader, server 0, and steps the
+  // fixture itself (which writes no deferred entry) until replica `until`
+  // (all: `size()`) applied them; returns the last entry's index.
+  raft_index claim_and_apply(int from, int to, unsigned until) {
+    for (int i = from; i < to; ++i)
+      propose_claim(0, "k" + std::to_string(i), 1000 + i);
+    auto last = raft_last_index(raft_fixture_get(&f, 0));
+    CAF_REQUIRE(raft_fixture_step_until_applied(&f, until, last, 10'000));
+    return last;
+  }
+
   // The live leader, or -1.
   int leader() {
     for (unsigned i = 0; i < size(); ++i)
@@ -735,10 +746,7 @@ CAF_TEST(a follower writes its deferred entries before a snapshot and before it 
   // The fixture's own stepping: nothing writes the deferred entries unless
   // the test (or the FSM itself) does.
   raft_fixture_elect(&c.f, 0);
-  for (int i = 0; i < 5; ++i)
-    c.propose_claim(0, "k" + std::to_string(i), 1000 + i);
-  auto last = raft_last_index(raft_fixture_get(&c.f, 0));
-  CAF_REQUIRE(raft_fixture_step_until_applied(&c.f, 3, last, 10'000));
+  auto last = c.claim_and_apply(0, 5, 3);
   // The leader wrote each entry as it applied it (its proposer has the
   // results); the followers queued theirs.
   CAF_CHECK_EQUAL(c.replicas[0]->db->count(), 5u);
@@ -769,10 +777,7 @@ CAF_TEST(a follower writes its deferred entries before a snapshot and before it 
   CAF_REQUIRE_EQUAL(fsm2->snapshot_finalize(fsm2, &bufs, &n), 0);
   // Three more, queued on the followers; then follower 1 is elected. Its
   // first apply as leader writes the queued entries before its own.
-  for (int i = 5; i < 8; ++i)
-    c.propose_claim(0, "k" + std::to_string(i), 1000 + i);
-  last = raft_last_index(raft_fixture_get(&c.f, 0));
-  CAF_REQUIRE(raft_fixture_step_until_applied(&c.f, 3, last, 10'000));
+  last = c.claim_and_apply(5, 8, 3);
   CAF_CHECK_EQUAL(c.replicas[1]->fsm->deferred(), 3u);
   raft_fixture_depose(&c.f);
   CAF_REQUIRE(raft_fixture_step_until_has_no_leader(&c.f, 10'000));
@@ -807,10 +812,7 @@ CAF_TEST(a follower that cannot write keeps its entries queued and fails its nex
   opts.busy_timeout_ms = 1;
   raft_cluster c{opts};
   raft_fixture_elect(&c.f, 0);
-  for (int i = 0; i < 3; ++i)
-    c.propose_claim(0, "k" + std::to_string(i), 1000 + i);
-  auto first = raft_last_index(raft_fixture_get(&c.f, 0));
-  CAF_REQUIRE(raft_fixture_step_until_applied(&c.f, 3, first, 10'000));
+  auto first = c.claim_and_apply(0, 3, 3);
   auto& f1 = *c.replicas[1];
   CAF_REQUIRE_EQUAL(f1.fsm->deferred(), 3u);
   // Another connection holds the write lock of follower 1's file.
@@ -837,10 +839,7 @@ CAF_TEST(a follower that cannot write keeps its entries queued and fails its nex
   // heartbeat, and libraft stops the replica (unavailable: a node restarts
   // and replays its log); with an append it would skip that answer. The
   // others go on deciding.
-  for (int i = 3; i < 5; ++i)
-    c.propose_claim(0, "k" + std::to_string(i), 1000 + i);
-  auto second = raft_last_index(raft_fixture_get(&c.f, 0));
-  CAF_REQUIRE(raft_fixture_step_until_applied(&c.f, 0, second, 10'000));
+  auto second = c.claim_and_apply(3, 5, 0);
   CAF_REQUIRE(raft_fixture_step_until_applied(&c.f, 2, second, 10'000));
   CAF_CHECK_EQUAL(raft_state(f1.raft), RAFT_UNAVAILABLE);
   CAF_CHECK_EQUAL(raft_last_applied(f1.raft), first);
