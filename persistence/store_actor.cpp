@@ -496,11 +496,24 @@ store_actor::behavior_type store_impl(store_pointer self,
       return enqueue_for(self, std::move(cmd), &waiter::pause_rp);
     },
     [self](next_atom) { return answer(self->state.sink->reader().next_expiry()); },
-    [self](ready_atom) -> caf::result<bool> {
+    [self](ready_atom, caf::timespan bound) -> caf::result<bool> {
       auto& st = self->state;
+      auto now = clock_type::now();
+      // A sink that commits off this actor's thread (a single node's
+      // commit thread, a cluster's Raft) leaves it free to answer while a
+      // commit is stuck: what is not answered within the probe's bound is
+      // not ready, as a store that did not answer the probe would be.
+      for (auto& kvp : st.in_flight)
+        if (now - kvp.second.started >= bound)
+          return make_error(errc::store_unavailable,
+                            "a commit has not returned for "
+                              + std::to_string(std::chrono::duration_cast<
+                                                 std::chrono::milliseconds>(
+                                                 now - kvp.second.started)
+                                                 .count())
+                              + " ms");
       if (!st.commit_error)
         return true;
-      auto now = clock_type::now();
       if (now - st.last_probe >= std::chrono::milliseconds(500)) {
         st.last_probe = now;
         command probe;

@@ -84,11 +84,14 @@ using store_actor = caf::typed_actor<
   caf::replies_to<doubt_atom, uint64_t, int64_t>::with<uint64_t>,
   /// Answers the earliest expiry (-1: none).
   caf::replies_to<next_atom>::with<int64_t>,
-  /// Readiness: true while the last batch committed; the error of the
-  /// last batch when it failed to (a full disk), and then a probe batch
-  /// (a doubt that matches nothing) is sent, at most one per 500 ms, so
-  /// that a store that can write again is ready again without traffic.
-  caf::replies_to<ready_atom>::with<bool>,
+  /// Readiness, within a bound (the prober's timeout): `store_unavailable`
+  /// while a batch handed to the sink has not returned for that long (a
+  /// commit stuck off this actor's thread); true while the last batch
+  /// committed; the error of the last batch when it failed to (a full
+  /// disk), and then a probe batch (a doubt that matches nothing) is sent,
+  /// at most one per 500 ms, so that a store that can write again is ready
+  /// again without traffic.
+  caf::replies_to<ready_atom, caf::timespan>::with<bool>,
   /// The delivery queue: up to `limit` queued records due at `now_ms`, and
   /// the earliest next attempt.
   caf::replies_to<due_atom, int64_t, uint32_t>::with<delivery_queue>,

@@ -157,10 +157,12 @@ void probe_store(caf::event_based_actor* self, const std::vector<node>& nodes,
   st->done = std::move(done);
   st->open = nodes.size() + 1;
   for (auto& n : nodes)
-    self->request(n.store, timeout, ready_atom::value)
+    self->request(n.store, timeout, ready_atom::value, timeout)
       .then([st](bool) { st->finish(true, {}); },
             [st](caf::error& err) {
-              if (err == caf::sec::request_timeout)
+              // Silent, or answering while a commit has not returned.
+              if (err == caf::sec::request_timeout
+                  || errc_of(err) == errc::store_unavailable)
                 return st->finish(false, "store not answering");
               st->finish(false, "store commits failing: " + describe(err));
             });

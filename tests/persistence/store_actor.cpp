@@ -486,6 +486,33 @@ CAF_TEST(an asynchronous sink holds at most its batches in flight and answers on
   CAF_CHECK_EQUAL(db->count(), 1u);
 }
 
+CAF_TEST(a commit that does not return makes the store not ready) {
+  // The sink commits off the store's thread (a single node's commit
+  // thread, a cluster's Raft): the store answers probes while the commit
+  // is stuck, and must not answer "ready" past the probe's bound.
+  auto sink = respawn_held(1);
+  auto claimed = ask<claim_result>(sys, store, claim_atom::value,
+                                   make_claim("k1", 1000));
+  sched.run();
+  CAF_REQUIRE_EQUAL(sink->held.size(), 1u);
+  auto within = ask<bool>(sys, store, ready_atom::value,
+                          caf::timespan{std::chrono::hours(1)});
+  auto past = ask<bool>(sys, store, ready_atom::value, caf::timespan{0});
+  sched.run();
+  CAF_REQUIRE(*within && **within);
+  CAF_CHECK_EQUAL(***within, true);
+  CAF_REQUIRE(*past && !**past);
+  CAF_CHECK_EQUAL(errc_of((**past).error()), errc::store_unavailable);
+  // Once it returned, ready again.
+  sink->settle_oldest();
+  sched.run();
+  CAF_REQUIRE(*claimed && **claimed);
+  auto after = ask<bool>(sys, store, ready_atom::value, caf::timespan{0});
+  sched.run();
+  CAF_REQUIRE(*after && **after);
+  CAF_CHECK_EQUAL(***after, true);
+}
+
 CAF_TEST(an asynchronous sink settles an outcome of one on the thread that learnt it) {
   // The thread that learns the outcomes (a cluster's Raft thread) runs the
   // actors they wake from its loop: the store, then the requester, with no
