@@ -258,7 +258,7 @@ apply_in_transaction(sqlite_store& db, uint64_t index,
         // it alike); other errors fail the entry.
         if (auto err = db.pause(cmd.route, cmd.pause, now);
             err && errc_of(err) != errc::invalid_argument)
-          return std::move(err);
+          return err;
         auto res = db.pauses();
         if (!res)
           return std::move(res.error());
@@ -269,9 +269,9 @@ apply_in_transaction(sqlite_store& db, uint64_t index,
   }
   if (now != start_clock)
     if (auto err = db.set_clock_ms(now))
-      return std::move(err);
+      return err;
   if (auto err = db.set_applied_index(index))
-    return std::move(err);
+    return err;
   return results;
 }
 
